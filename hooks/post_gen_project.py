@@ -1,0 +1,108 @@
+"""Size the state, settle the provider, and write the decision into settings.yaml.
+
+Runs inside the freshly generated project and imports its capacity module, so the estimate
+the project ships is the one that made the decision. Standard library only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ANSWERS = json.loads(
+    r"""
+{{ cookiecutter | tojson }}
+""".strip()
+)
+
+PACKAGE = ANSWERS["package_name"]
+SETTINGS = Path("settings.yaml")
+# Lines of the rendered settings.yaml that this hook replaces; each must appear exactly once.
+DECISION_MARKER = "  # @sizing-decision@"
+PROVIDER_LINE = "  provider: auto"
+CHANGELOG_LINE = "  changelog_checkpointing: auto"
+TRUE_WORDS = {"true", "yes", "y", "1", "on"}
+
+# Optional folders: path -> keep it? (Files that are optional render an empty name instead.)
+OPTIONAL_PATHS: dict[str, bool] = {}
+
+
+def load_capacity_module():
+    path = Path(PACKAGE) / "capacity.py"
+    spec = importlib.util.spec_from_file_location(f"{PACKAGE}_capacity", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def decision_comment(sizing, decision) -> list[str]:
+    """The sizing written beside the provider key, so the reasoning travels with the setting."""
+    e = sizing
+    lines = [
+        "Chosen at generation time by the capacity estimator",
+        f"(python -m {PACKAGE} estimate reproduces it):",
+        f"  rows = {e.watermark} x {e.input_rows_per_second:g} rows/s = {e.rows:,}",
+        f"  bytes = {e.rows:,} x {e.state_bytes_per_row} B = {e.total_bytes:,} B",
+        f"  per partition = {e.total_bytes:,} B / {e.shuffle_partitions} = {e.bytes_per_partition:,} B",
+        f"  x growth {e.growth_factor:g} = {e.projected_bytes_per_partition:,} B"
+        f" (RocksDB from {e.threshold_bytes:,} B)",
+        f"  recommended: {e.recommended_provider}; requested: {ANSWERS['state_store_provider']};"
+        f" written: {decision.provider}",
+        *decision.notes,
+        "The provider and spark.shuffle_partitions are pinned into the checkpoint at the first run;",
+        "changing either later needs a new checkpoint location and reprocessing.",
+    ]
+    return [f"  # {line}" for line in lines]
+
+
+def replace_once(lines: list[str], old: str, new: list[str]) -> list[str]:
+    hits = [i for i, line in enumerate(lines) if line.rstrip() == old]
+    if len(hits) != 1:
+        raise RuntimeError(f"settings.yaml: expected the line {old!r} once, found it {len(hits)} times")
+    i = hits[0]
+    return lines[:i] + new + lines[i + 1 :]
+
+
+def write_decision(sizing, decision) -> None:
+    lines = SETTINGS.read_text(encoding="utf-8").splitlines()
+    lines = replace_once(lines, DECISION_MARKER, decision_comment(sizing, decision))
+    lines = replace_once(lines, PROVIDER_LINE, [f"  provider: {decision.provider}"])
+    changelog = "true" if decision.changelog_checkpointing else "false"
+    lines = replace_once(lines, CHANGELOG_LINE, [f"  changelog_checkpointing: {changelog}"])
+    SETTINGS.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def remove_unused_paths() -> None:
+    for path, keep in OPTIONAL_PATHS.items():
+        if not keep:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def main() -> int:
+    capacity = load_capacity_module()
+    sizing = capacity.estimate(
+        input_rows_per_second=float(ANSWERS["input_rows_per_second"]),
+        watermark=ANSWERS["watermark"],
+        state_bytes_per_row=int(ANSWERS["state_bytes_per_row"]),
+        shuffle_partitions=int(ANSWERS["shuffle_partitions"]),
+        growth_factor=float(ANSWERS["state_growth_factor"]),
+    )
+    changelog = str(ANSWERS["changelog_checkpointing"]).strip().lower() in TRUE_WORDS
+    decision = capacity.decide(ANSWERS["state_store_provider"], changelog, sizing)
+    write_decision(sizing, decision)
+    remove_unused_paths()
+    banner = "!" * 78
+    if decision.against_recommendation:
+        print(banner, file=sys.stderr)
+    print(capacity.report(sizing, decision), file=sys.stderr if decision.against_recommendation else sys.stdout)
+    if decision.against_recommendation:
+        print(banner, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,150 @@
+"""Settings: the generated file loads, overrides work, and bad input is one clear line per field."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from {{ cookiecutter.package_name }}.settings import ENV_PREFIX, SettingsError, load_settings
+
+from .conftest import PROJECT_DIR, PROJECT_SETTINGS
+
+
+def test_generated_settings_load():
+    settings = load_settings(PROJECT_SETTINGS)
+    assert settings.spark.shuffle_partitions == {{ cookiecutter.shuffle_partitions }}
+    assert settings.query.watermark == {{ cookiecutter.watermark | tojson }}
+    assert settings.state_store.provider in ("hdfs", "rocksdb")
+    assert settings.sizing().recommended_provider in ("hdfs", "rocksdb")
+    # Relative paths are made absolute against the settings file's folder.
+    assert settings.query.checkpoint_location == str(PROJECT_DIR / "checkpoints" / "{{ cookiecutter.package_name }}")
+
+
+def test_environment_overrides_the_file(make_settings, monkeypatch):
+    monkeypatch.setenv(f"{ENV_PREFIX}SPARK__SHUFFLE_PARTITIONS", "7")
+    monkeypatch.setenv(f"{ENV_PREFIX}QUERY__WATERMARK", "30 seconds")
+    settings = make_settings({"spark": {"shuffle_partitions": 3}})
+    assert settings.spark.shuffle_partitions == 7
+    assert settings.query.watermark == "30 seconds"
+    assert settings.sink.type == {{ cookiecutter.sink | tojson }}  # untouched keys keep the file's value
+
+
+def test_keyword_overrides_win_over_environment(write_settings, monkeypatch):
+    monkeypatch.setenv(f"{ENV_PREFIX}SPARK__SHUFFLE_PARTITIONS", "7")
+    settings = load_settings(write_settings(), spark={"shuffle_partitions": 9})
+    assert settings.spark.shuffle_partitions == 9
+
+
+def errors_for(make_settings, changes) -> list[str]:
+    with pytest.raises(SettingsError) as caught:
+        make_settings(changes)
+    return caught.value.lines
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"spark": {"shuffle_partitions": -3}}, "spark.shuffle_partitions = -3: Input should be greater than 0"),
+        ({"spark": {"shuffle_partitions": "many"}}, "spark.shuffle_partitions = 'many': Input should be a valid integer"),
+        ({"spark": {"shufle_partitions": 4}}, "spark.shufle_partitions: unknown key (did you mean shuffle_partitions?)"),
+        ({"query": {"watermark": "ten minutes"}}, "query.watermark = 'ten minutes': 'ten minutes' is not an interval"),
+        ({"query": {"trigger": "sometimes"}}, "query.trigger = 'sometimes'"),
+        ({"state_store": {"provider": "memory"}}, "state_store.provider = 'memory': Input should be 'hdfs' or 'rocksdb'"),
+        ({"state_store": {"provider": "hdfs", "changelog_checkpointing": True}},
+         "changelog_checkpointing is true but provider is hdfs"),
+        ({"sink": {"type": "parquet", "output_mode": "update"}},
+         "output_mode update is not supported by the parquet file sink"),
+        ({"sink": {"output_mode": "complete"}}, "sink.output_mode = 'complete': Input should be 'append' or 'update'"),
+        ({"spark": {"conf": {"spark.sql.shuffle.partitions": "8"}}},
+         "spark.sql.shuffle.partitions is managed by the setting spark.shuffle_partitions"),
+        ({"capacity": {"state_growth_factor": 0.5}}, "capacity.state_growth_factor = 0.5: Input should be greater than or equal to 1"),
+    ],
+)
+def test_bad_values_are_named(make_settings, changes, expected):
+    lines = errors_for(make_settings, changes)
+    assert any(expected in line for line in lines), lines
+
+
+def test_every_bad_field_gets_its_own_line(make_settings):
+    lines = errors_for(make_settings, {"spark": {"shuffle_partitions": 0}, "query": {"watermark": "x"}})
+    assert len(lines) == 2
+    assert lines[0].startswith("spark.shuffle_partitions = 0")
+    assert lines[1].startswith("query.watermark = 'x'")
+    assert all("expected" in line for line in lines)
+
+
+def test_bad_environment_value_names_the_variable(make_settings, monkeypatch):
+    monkeypatch.setenv(f"{ENV_PREFIX}SPARK__SHUFFLE_PARTITIONS", "0")
+    (line,) = errors_for(make_settings, {})
+    assert f"from environment variable {ENV_PREFIX}SPARK__SHUFFLE_PARTITIONS" in line
+
+
+def test_missing_section_is_named(write_settings, tmp_path):
+    path = write_settings()
+    text = path.read_text().replace("capacity:", "unused_capacity:")
+    path.write_text(text)
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path)
+    assert any(line.startswith("capacity: missing") for line in caught.value.lines)
+    assert any(line.startswith("unused_capacity: unknown key") for line in caught.value.lines)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("", "empty"),
+        ("spark: [unclosed\n", "not valid YAML at line 2"),
+        ("- a\n- list\n", "expected a mapping of sections, got list"),
+    ],
+)
+def test_unusable_files(tmp_path, content, expected):
+    path = tmp_path / "settings.yaml"
+    path.write_text(content)
+    with pytest.raises(SettingsError, match=expected):
+        load_settings(path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SettingsError, match="not found"):
+        load_settings(tmp_path / "nope.yaml")
+
+
+def test_checkpoint_location_that_is_a_file(make_settings, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    (line,) = errors_for(make_settings, {"query": {"checkpoint_location": str(blocker)}})
+    assert "is a file, not a directory" in line
+
+
+def test_bad_settings_exit_2_with_one_line_per_field_and_no_spark(write_settings, tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    path = write_settings({"spark": {"shuffle_partitions": 0}, "query": {"checkpoint_location": str(checkpoint)}})
+    result = subprocess.run([sys.executable, "main.py", "--settings", str(path)], cwd=PROJECT_DIR,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"settings error: spark.shuffle_partitions = 0: Input should be greater than 0 (in {path});"
+        " expected a whole number of partitions greater than zero"
+    ]
+    assert "Traceback" not in result.stderr
+    assert not checkpoint.exists()
+
+
+def test_bad_flag_exits_2(tmp_path):
+    result = subprocess.run([sys.executable, "main.py", "--max-batches", "0"], cwd=PROJECT_DIR,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "argument --max-batches: '0' must be greater than zero" in result.stderr
+
+
+def test_missing_java_is_a_sentence(write_settings, tmp_path):
+    path = write_settings({"query": {"checkpoint_location": str(tmp_path / "cp")}})
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}  # no java, no JAVA_HOME
+    result = subprocess.run([sys.executable, "main.py", "--settings", str(path)], cwd=PROJECT_DIR,
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 3
+    assert result.stderr.startswith("java error: Java was not found (no JAVA_HOME, no java on PATH)")
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,224 @@
+"""State store sizing: the napkin math that picks the provider.
+
+rows = watermark x input rate; bytes = rows x bytes per row; per partition = bytes / partitions;
+projected = per partition x growth factor. At or above 1 GiB per partition: RocksDB.
+
+Standard library only, no relative imports: the template's hooks load this very file (the
+pre-generation hook from the template, the post-generation hook from the generated project),
+under cookiecutter's Python, so the estimate exists once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+GIB = 1024**3
+ROCKSDB_THRESHOLD_BYTES = GIB
+# Below the threshold but within this share of it, the report warns that growth may cross it.
+NEAR_THRESHOLD_SHARE = 0.25
+
+# Units Spark's interval parser accepts for a watermark. Months and years are refused on
+# purpose: Spark counts a month as 31 days there, which is never what a user means.
+_UNIT_SECONDS = {
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1.0,
+    "minute": 60.0,
+    "hour": 3600.0,
+    "day": 86400.0,
+    "week": 604800.0,
+}
+_PAIR = re.compile(r"(\d+(?:\.\d+)?)\s+([a-z]+?)s?(?=\s|$)")
+
+
+class DurationError(ValueError):
+    """A duration string that Spark would not accept (or that is not positive)."""
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Spark interval string such as "10 minutes" or "1 hour 30 minutes"."""
+    if not isinstance(text, str):
+        raise DurationError(f"expected text such as '10 minutes', got {text!r}")
+    body = text.strip().lower()
+    if body.startswith("interval "):
+        body = body[len("interval ") :].strip()
+    if not body:
+        raise DurationError("is empty; write a number and a unit, such as '10 minutes'")
+    seconds = 0.0
+    position = 0
+    for match in _PAIR.finditer(body):
+        if body[position : match.start()].strip():
+            break
+        number, unit = match.groups()
+        if unit in ("month", "year"):
+            raise DurationError(f"{text!r} uses {unit}s; write it in days or weeks instead")
+        if unit not in _UNIT_SECONDS:
+            raise DurationError(f"{text!r} has an unknown unit {unit!r}; use {_unit_list()}")
+        seconds += float(number) * _UNIT_SECONDS[unit]
+        position = match.end()
+    if position == 0 or body[position:].strip():
+        raise DurationError(
+            f"{text!r} is not an interval Spark can parse; write '<number> <unit>' with a unit "
+            f"among {_unit_list()}, such as '30 seconds' or '2 hours'"
+        )
+    if seconds <= 0:
+        raise DurationError(f"{text!r} must be longer than zero")
+    return seconds
+
+
+def _unit_list() -> str:
+    return ", ".join(f"{unit}s" for unit in _UNIT_SECONDS)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The sizing inputs and what they imply for one query."""
+
+    input_rows_per_second: float
+    watermark: str
+    watermark_seconds: float
+    state_bytes_per_row: int
+    shuffle_partitions: int
+    growth_factor: float
+    rows: int
+    total_bytes: int
+    bytes_per_partition: int
+    projected_bytes_per_partition: int
+    threshold_bytes: int
+    recommended_provider: str
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def estimate(
+    input_rows_per_second: float,
+    watermark: str,
+    state_bytes_per_row: int,
+    shuffle_partitions: int,
+    growth_factor: float = 1.0,
+) -> Estimate:
+    """Napkin math for the state a watermarked query keeps; see the module docstring."""
+    _require_positive("input_rows_per_second", input_rows_per_second)
+    _require_positive("state_bytes_per_row", state_bytes_per_row)
+    _require_positive("shuffle_partitions", shuffle_partitions)
+    if growth_factor < 1:
+        raise ValueError(f"growth_factor must be 1 or more (state does not shrink), got {growth_factor}")
+    seconds = parse_duration(watermark)
+    rows = round(seconds * input_rows_per_second)
+    total_bytes = rows * state_bytes_per_row
+    per_partition = total_bytes // shuffle_partitions
+    projected = round(per_partition * growth_factor)
+    provider = "rocksdb" if projected >= ROCKSDB_THRESHOLD_BYTES else "hdfs"
+    return Estimate(
+        input_rows_per_second=input_rows_per_second,
+        watermark=watermark,
+        watermark_seconds=seconds,
+        state_bytes_per_row=state_bytes_per_row,
+        shuffle_partitions=shuffle_partitions,
+        growth_factor=growth_factor,
+        rows=rows,
+        total_bytes=total_bytes,
+        bytes_per_partition=per_partition,
+        projected_bytes_per_partition=projected,
+        threshold_bytes=ROCKSDB_THRESHOLD_BYTES,
+        recommended_provider=provider,
+    )
+
+
+def _require_positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"{name} must be a number greater than zero, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The provider and changelog setting a project gets, and why."""
+
+    provider: str
+    changelog_checkpointing: bool
+    against_recommendation: bool
+    notes: tuple[str, ...]
+
+
+def decide(requested_provider: str, changelog_checkpointing: bool, sizing: Estimate) -> Decision:
+    """Resolve `auto`, honour an explicit choice, and drop changelog where it cannot apply."""
+    if requested_provider not in ("auto", "hdfs", "rocksdb"):
+        raise ValueError(f"provider must be auto, hdfs or rocksdb, got {requested_provider!r}")
+    recommended = sizing.recommended_provider
+    provider = recommended if requested_provider == "auto" else requested_provider
+    notes = []
+    against = provider != recommended
+    if against:
+        notes.append(
+            f"WARNING: you chose {provider} but the sizing recommends {recommended} "
+            f"({_human_bytes(sizing.projected_bytes_per_partition)} per partition against a "
+            f"{_human_bytes(sizing.threshold_bytes)} threshold). Your choice is kept; check it "
+            "before the first run, because the provider cannot be changed once the checkpoint exists."
+        )
+    changelog = changelog_checkpointing
+    if changelog and provider == "hdfs":
+        changelog = False
+        notes.append(
+            "changelog checkpointing is written as off: it is a RocksDB feature and the "
+            "HDFS-backed store always writes its own delta files."
+        )
+    return Decision(provider, changelog, against, tuple(notes))
+
+
+def report(sizing: Estimate, decision: Decision | None = None) -> str:
+    """The sizing report: every step of the napkin math, the recommendation and its reasons."""
+    e = sizing
+    share = e.projected_bytes_per_partition / e.threshold_bytes
+    lines = [
+        "State store sizing (napkin math)",
+        f"  state rows     = watermark {e.watermark} ({_num(e.watermark_seconds)} s)"
+        f" x {_num(e.input_rows_per_second)} rows/s = {_num(e.rows)} rows",
+        f"  state bytes    = {_num(e.rows)} rows x {_num(e.state_bytes_per_row)} B"
+        f" = {_num(e.total_bytes)} B ({_human_bytes(e.total_bytes)})",
+        f"  per partition  = {_num(e.total_bytes)} B / {_num(e.shuffle_partitions)} partitions"
+        f" = {_num(e.bytes_per_partition)} B ({_human_bytes(e.bytes_per_partition)})",
+        f"  with growth    = x{_num(e.growth_factor)} = {_num(e.projected_bytes_per_partition)} B"
+        f" per partition ({share:.1%} of the {_human_bytes(e.threshold_bytes)} threshold)",
+        f"  recommendation = {e.recommended_provider}: {_reason(e, share)}",
+    ]
+    if decision is not None:
+        changelog = "on" if decision.changelog_checkpointing else "off"
+        lines.append(f"  chosen         = {decision.provider}, changelog checkpointing {changelog}")
+        lines.extend(f"  {note}" for note in decision.notes)
+    lines.append(
+        "  Note: the provider and the number of shuffle partitions are pinned into the checkpoint"
+        " at the first run; Spark ignores later changes to either. Changing them means a new"
+        " checkpoint and reprocessing."
+    )
+    return "\n".join(lines)
+
+
+def _reason(e: Estimate, share: float) -> str:
+    if e.recommended_provider == "rocksdb":
+        return (
+            "at or above 1 GiB per partition, state held in the JVM heap brings long GC pauses and"
+            " out-of-memory failures; RocksDB keeps it in native memory and on local disk."
+        )
+    reason = "below 1 GiB per partition the HDFS-backed store keeps all state in JVM memory without GC trouble, and it is the fastest per row."
+    if share >= NEAR_THRESHOLD_SHARE:
+        reason += (
+            " It is within 4x of the threshold: if the rate or key space may grow, choose rocksdb"
+            " now, since the provider cannot be switched later."
+        )
+    return reason
+
+
+def _num(value: float) -> str:
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.3f}".rstrip("0")
+
+
+def _human_bytes(value: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

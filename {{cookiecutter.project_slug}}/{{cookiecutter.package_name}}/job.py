@@ -1,0 +1,53 @@
+"""Build the query from settings, start it, and wait for it to finish or to be stopped."""
+
+from __future__ import annotations
+
+import time
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from .progress import ProgressPrinter
+from .settings import Settings
+from .sinks import start_query
+from .sources import read_events
+from .transforms import windowed_count
+
+POLL_SECONDS = 0.2
+
+
+def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The whole query as a DataFrame: source, then the stateful transform."""
+    events = read_events(spark, settings.source)
+    return windowed_count(events, settings.query.watermark, settings.query.window)
+
+
+def stop_quietly(spark: SparkSession, query: StreamingQuery) -> None:
+    """Stop on purpose: the cancelled-task warnings of an abandoned batch are noise, not news."""
+    spark.sparkContext.setLogLevel("ERROR")
+    query.stop()
+
+
+def run_query(
+    spark: SparkSession,
+    settings: Settings,
+    max_batches: int | None = None,
+    timeout_seconds: float | None = None,
+) -> StreamingQuery:
+    """Run until the query ends, `max_batches` batches are committed, or the timeout passes.
+
+    Stopping after N batches is graceful for the committed ones; a batch already running when the
+    N-th commit is seen is abandoned uncommitted and replayed by the next start.
+    """
+    printer = ProgressPrinter()
+    spark.streams.addListener(printer)
+    try:
+        query = start_query(build_result(spark, settings), settings.sink, settings.query)
+        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        while not query.awaitTermination(POLL_SECONDS):
+            enough = max_batches is not None and printer.committed_batches(query.id) >= max_batches
+            if enough or (deadline is not None and time.monotonic() >= deadline):
+                stop_quietly(spark, query)
+        return query
+    finally:
+        spark.streams.removeListener(printer)

@@ -1,0 +1,84 @@
+"""Settings -> Spark confs -> SparkSession. The one place where state store confs are decided."""
+
+from __future__ import annotations
+
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+
+from .java import launched_by_spark_submit, require_java
+from .settings import Settings
+
+STATE_STORE = "spark.sql.streaming.stateStore"
+PROVIDER_CLASSES = {
+    "oss": {
+        "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+        "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    },
+    "databricks": {
+        "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+        "rocksdb": "com.databricks.sql.streaming.state.RocksDBStateStoreProvider",
+    },
+}
+# settings.state_store.rocksdb field -> RocksDB conf suffix.
+ROCKSDB_CONFS = {
+    "bounded_memory_usage": "boundedMemoryUsage",
+    "max_memory_usage_mb": "maxMemoryUsageMB",
+    "block_cache_size_mb": "blockCacheSizeMB",
+    "write_buffer_size_mb": "writeBufferSizeMB",
+    "max_write_buffer_number": "maxWriteBufferNumber",
+    "compact_on_commit": "compactOnCommit",
+    "track_total_number_of_rows": "trackTotalNumberOfRows",
+}
+
+
+def spark_confs(settings: Settings) -> dict[str, str]:
+    """The SQL confs the job sets. All are runtime SQL confs, read when a query starts."""
+    store = settings.state_store
+    confs = {
+        "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
+        f"{STATE_STORE}.providerClass": PROVIDER_CLASSES[settings.spark.platform][store.provider],
+        "spark.sql.streaming.minBatchesToRetain": str(store.min_batches_to_retain),
+        "spark.sql.session.timeZone": "UTC",
+    }
+    if store.provider == "rocksdb":
+        confs[f"{STATE_STORE}.rocksdb.changelogCheckpointing.enabled"] = _text(store.changelog_checkpointing)
+        for field, suffix in ROCKSDB_CONFS.items():
+            value = getattr(store.rocksdb, field)
+            if value is not None:
+                confs[f"{STATE_STORE}.rocksdb.{suffix}"] = _text(value)
+    confs.update({key: _text(value) for key, value in settings.spark.conf.items()})
+    return confs
+
+
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def build_session(settings: Settings) -> SparkSession:
+    """The job's SparkSession; the settings' master applies only when spark-submit set none."""
+    require_java()
+    builder = SparkSession.builder.appName(settings.spark.app_name)
+    if master_from_spark_submit() is None:
+        builder = builder.master(settings.spark.master)
+    for key, value in spark_confs(settings).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def master_from_spark_submit() -> str | None:
+    """The master spark-submit put into the JVM's properties, if the job runs under it."""
+    if not launched_by_spark_submit():
+        return None
+    SparkContext._ensure_initialized()
+    return SparkContext._jvm.java.lang.System.getProperty("spark.master")
+
+
+def apply_confs(spark: SparkSession, settings: Settings) -> None:
+    """Set the job's runtime SQL confs on a running session (tests share one session across providers).
+
+    Core confs fixed at start-up (spark.ui.*, spark.executor.*) cannot change on a running session;
+    they are skipped here and only take effect through build_session.
+    """
+    for key, value in spark_confs(settings).items():
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, value)

@@ -1,0 +1,276 @@
+"""Settings: settings.yaml, overridden by environment variables, validated before Spark starts.
+
+Sources in order of precedence: keyword arguments > environment ({{ cookiecutter.package_name | upper }}_ prefix,
+`__` between nested keys) > settings.yaml. Unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, InitSettingsSource, SettingsConfigDict
+
+from . import capacity
+
+ENV_PREFIX = "{{ cookiecutter.package_name | upper }}_"
+DEFAULT_SETTINGS_FILE = Path("settings.yaml")
+# Spark confs that settings manage; spark.conf may not set them behind the settings' back.
+MANAGED_CONFS = {
+    "spark.master": "spark.master",
+    "spark.app.name": "spark.app_name",
+    "spark.sql.shuffle.partitions": "spark.shuffle_partitions",
+    "spark.sql.streaming.stateStore.providerClass": "state_store.provider",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "state_store.changelog_checkpointing",
+    "spark.sql.streaming.minBatchesToRetain": "state_store.min_batches_to_retain",
+}
+MANAGED_PREFIXES = {"spark.sql.streaming.stateStore.rocksdb.": "state_store.rocksdb"}
+
+
+class SettingsError(Exception):
+    """Settings that cannot be used; each line names a field, its value and the fix."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _duration(value: str) -> str:
+    capacity.parse_duration(value)  # raises DurationError, a ValueError pydantic reports per field
+    return value
+
+
+Duration = Annotated[str, AfterValidator(_duration)]
+
+
+class SparkSettings(Section):
+    app_name: str = Field("{{ cookiecutter.project_slug }}", min_length=1, description="the Spark application name")
+    master: str = Field("local[2]", min_length=1, description="a Spark master URL such as local[2] or spark://host:7077")
+    platform: Literal["oss", "databricks"] = Field("oss", description="oss or databricks")
+    shuffle_partitions: int = Field(200, gt=0, description="a whole number of partitions greater than zero")
+    conf: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="a mapping of Spark conf names to values"
+    )
+
+    @field_validator("conf")
+    @classmethod
+    def _no_managed_confs(cls, conf: dict[str, Any]) -> dict[str, Any]:
+        for key in conf:
+            owner = MANAGED_CONFS.get(key) or next(
+                (field for prefix, field in MANAGED_PREFIXES.items() if key.startswith(prefix)), None
+            )
+            if owner:
+                raise ValueError(f"{key} is managed by the setting {owner}; set it there instead")
+        return conf
+
+
+class RocksDBSettings(Section):
+    bounded_memory_usage: bool = Field(False, description="true or false")
+    max_memory_usage_mb: int = Field(500, gt=0, description="megabytes greater than zero")
+    block_cache_size_mb: int | None = Field(None, gt=0, description="megabytes greater than zero, or null")
+    write_buffer_size_mb: int | None = Field(None, gt=0, description="megabytes greater than zero, or null")
+    max_write_buffer_number: int | None = Field(None, gt=0, description="a whole number greater than zero, or null")
+    compact_on_commit: bool = Field(False, description="true or false")
+    track_total_number_of_rows: bool = Field(True, description="true or false")
+
+
+class StateStoreSettings(Section):
+    provider: Literal["hdfs", "rocksdb"] = Field(description="hdfs or rocksdb")
+    changelog_checkpointing: bool = Field(False, description="true or false (rocksdb only)")
+    min_batches_to_retain: int = Field(100, ge=1, description="a whole number of batches, 1 or more")
+    rocksdb: RocksDBSettings = Field(default_factory=RocksDBSettings)
+
+    @model_validator(mode="after")
+    def _changelog_needs_rocksdb(self) -> StateStoreSettings:
+        if self.changelog_checkpointing and self.provider != "rocksdb":
+            raise ValueError(
+                "changelog_checkpointing is true but provider is hdfs: changelog checkpointing is a"
+                " RocksDB feature; set changelog_checkpointing to false"
+            )
+        return self
+
+
+class RateSourceSettings(Section):
+    rows_per_second: int = Field(1000, gt=0, description="a whole number of rows per second greater than zero")
+    rows_per_batch: int | None = Field(None, gt=0, description="rows per micro-batch greater than zero, or null")
+    advance_per_batch: Duration = Field("1 second", description="a Spark interval of 1 millisecond or more")
+    start_timestamp_ms: int = Field(0, ge=0, description="epoch milliseconds, 0 or more")
+    keys: int = Field(1000, gt=0, description="a whole number of distinct keys greater than zero")
+    num_partitions: int | None = Field(None, gt=0, description="a whole number greater than zero, or null")
+
+
+class SourceSettings(Section):
+    type: Literal["rate"] = Field("rate", description="rate")
+    rate: RateSourceSettings = Field(default_factory=RateSourceSettings)
+
+
+class SinkSettings(Section):
+    type: Literal["parquet", "console"] = Field(description="parquet or console")
+    output_mode: Literal["append", "update"] = Field(
+        "append", description="append or update (complete would keep every window's state forever)"
+    )
+    path: str = Field("output/{{ cookiecutter.package_name }}", min_length=1, description="an output directory")
+    console_rows: int = Field(20, gt=0, description="rows to print per batch, greater than zero")
+
+    @model_validator(mode="after")
+    def _mode_fits_sink(self) -> SinkSettings:
+        if self.type == "parquet" and self.output_mode != "append":
+            raise ValueError(
+                f"output_mode {self.output_mode} is not supported by the parquet file sink, which only"
+                " appends; use output_mode append (or the console sink for update)"
+            )
+        return self
+
+
+class QuerySettings(Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", description="letters, digits, '_', '.', '-'")
+    operator: Literal["windowed_aggregation"] = Field(description="windowed_aggregation")
+    watermark: Duration = Field(description="a Spark interval such as '10 minutes'")
+    window: Duration = Field("1 minute", description="a Spark interval such as '1 minute'")
+    checkpoint_location: str = Field(min_length=1, description="a directory path or URI")
+    trigger: str = Field("10 seconds", description="an interval such as '10 seconds', or available_now")
+
+    @field_validator("trigger")
+    @classmethod
+    def _trigger(cls, value: str) -> str:
+        return value if value == "available_now" else _duration(value)
+
+
+class CapacitySettings(Section):
+    input_rows_per_second: float = Field(gt=0, description="rows per second greater than zero")
+    state_bytes_per_row: int = Field(gt=0, description="bytes greater than zero")
+    state_growth_factor: float = Field(1.0, ge=1, description="a number of 1 or more")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", case_sensitive=False
+    )
+
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    state_store: StateStoreSettings
+    source: SourceSettings = Field(default_factory=SourceSettings)
+    sink: SinkSettings
+    query: QuerySettings
+    capacity: CapacitySettings
+
+    def sizing(self) -> capacity.Estimate:
+        """The capacity estimate for these settings."""
+        return capacity.estimate(
+            input_rows_per_second=self.capacity.input_rows_per_second,
+            watermark=self.query.watermark,
+            state_bytes_per_row=self.capacity.state_bytes_per_row,
+            shuffle_partitions=self.spark.shuffle_partitions,
+            growth_factor=self.capacity.state_growth_factor,
+        )
+
+
+def load_settings(path: Path | str = DEFAULT_SETTINGS_FILE, **overrides: Any) -> Settings:
+    """Read, merge and validate the settings, with relative paths made absolute against the file."""
+    path = Path(path)
+    data = _read_yaml_mapping(path)
+
+    class FromFile(Settings):
+        @classmethod
+        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, **_unused):
+            return init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=data)
+
+    try:
+        settings = FromFile(**overrides)
+    except ValidationError as error:
+        raise SettingsError(describe_errors(error, path)) from None
+    return _resolve_paths(settings, path.resolve().parent)
+
+
+def _read_yaml_mapping(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise SettingsError([f"settings file {path}: not found (or not a file); pass --settings PATH"])
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise SettingsError([f"settings file {path}: not valid YAML{line}: {problem}"]) from None
+    except UnicodeDecodeError:
+        raise SettingsError([f"settings file {path}: not UTF-8 text"]) from None
+    if data is None:
+        raise SettingsError([f"settings file {path}: empty; copy the settings.yaml the project was generated with"])
+    if not isinstance(data, dict):
+        raise SettingsError([f"settings file {path}: expected a mapping of sections, got {type(data).__name__}"])
+    return data
+
+
+def _resolve_paths(settings: Settings, base: Path) -> Settings:
+    def absolute(location: str) -> str:
+        if "://" in location or Path(location).is_absolute():
+            return location
+        return str((base / location).resolve())
+
+    checkpoint = absolute(settings.query.checkpoint_location)
+    if "://" not in checkpoint and Path(checkpoint).exists() and not Path(checkpoint).is_dir():
+        raise SettingsError([
+            f"query.checkpoint_location = {checkpoint!r}: is a file, not a directory;"
+            " point it at a directory (a new one starts a new query)"
+        ])
+    query = settings.query.model_copy(update={"checkpoint_location": checkpoint})
+    sink = settings.sink.model_copy(update={"path": absolute(settings.sink.path)})
+    return settings.model_copy(update={"query": query, "sink": sink})
+
+
+def describe_errors(error: ValidationError, path: Path) -> list[str]:
+    """One line per bad field: where it came from, the value, what is wrong and what is expected."""
+    lines = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"])
+        origin = _origin(item["loc"], path)
+        if item["type"] == "extra_forbidden":
+            lines.append(f"{field}: unknown key{_did_you_mean(item['loc'])} ({origin}); remove it")
+        elif item["type"] == "missing":
+            lines.append(f"{field}: missing ({origin}); add it: {_expected(item['loc'])}")
+        else:
+            message = item["msg"].removeprefix("Value error, ")
+            expected = _expected(item["loc"])
+            hint = f"; expected {expected}" if expected else ""
+            lines.append(f"{field} = {item['input']!r}: {message} ({origin}){hint}")
+    return lines
+
+
+def _origin(loc: tuple[Any, ...], path: Path) -> str:
+    variable = ENV_PREFIX + "__".join(str(part) for part in loc).upper()
+    if any(name.upper() == variable for name in os.environ):
+        return f"from environment variable {variable}"
+    return f"in {path}"
+
+
+def _field_at(loc: tuple[Any, ...]):
+    model: Any = Settings
+    field = None
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        field = fields[part]
+        model = field.annotation
+    return field
+
+
+def _expected(loc: tuple[Any, ...]) -> str:
+    field = _field_at(loc)
+    return (field.description or "") if field else ""
+
+
+def _did_you_mean(loc: tuple[Any, ...]) -> str:
+    parent = _field_at(loc[:-1]) if len(loc) > 1 else None
+    model = parent.annotation if parent else Settings
+    names = list(getattr(model, "model_fields", {}))
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""

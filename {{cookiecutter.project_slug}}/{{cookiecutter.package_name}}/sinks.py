@@ -1,0 +1,27 @@
+"""Start the streaming write for the configured sink."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+from .settings import QuerySettings, SinkSettings
+
+
+def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings) -> StreamingQuery:
+    writer = (
+        result.writeStream.queryName(query.name)
+        .outputMode(sink.output_mode)
+        .option("checkpointLocation", query.checkpoint_location)
+    )
+    writer = _with_trigger(writer, query.trigger)
+    if sink.type == "parquet":
+        # The file sink is exactly-once: a batch's files count only once its _spark_metadata entry is written.
+        return writer.format("parquet").option("path", sink.path).start()
+    return writer.format("console").option("numRows", sink.console_rows).option("truncate", "false").start()
+
+
+def _with_trigger(writer: DataStreamWriter, trigger: str) -> DataStreamWriter:
+    if trigger == "available_now":
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=trigger)

@@ -24,7 +24,6 @@ SETTINGS = Path("settings.yaml")
 DECISION_MARKER = "  # @sizing-decision@"
 PROVIDER_LINE = "  provider: auto"
 CHANGELOG_LINE = "  changelog_checkpointing: auto"
-TRUE_WORDS = {"true", "yes", "y", "1", "on"}
 
 # Optional folders: path -> keep it? (Files that are optional render an empty name instead.)
 OPTIONAL_PATHS: dict[str, bool] = {}
@@ -91,8 +90,8 @@ def main() -> int:
         shuffle_partitions=int(ANSWERS["shuffle_partitions"]),
         growth_factor=float(ANSWERS["state_growth_factor"]),
     )
-    changelog = str(ANSWERS["changelog_checkpointing"]).strip().lower() in TRUE_WORDS
-    decision = capacity.decide(ANSWERS["state_store_provider"], changelog, sizing)
+    # Cookiecutter has already turned the boolean answer into true or false.
+    decision = capacity.decide(ANSWERS["state_store_provider"], bool(ANSWERS["changelog_checkpointing"]), sizing)
     write_decision(sizing, decision)
     remove_unused_paths()
     banner = "!" * 78

@@ -1,5 +1,8 @@
 """Validate every answer before anything is generated; stop with one clear sentence.
 
+Cookiecutter itself refuses a value outside a choice list or a non-boolean for
+changelog_checkpointing; those are not checked again here.
+
 Answers arrive as JSON data (never pasted into code). The watermark is checked with the
 generated package's own parser, loaded from the template, so there is one parser.
 Standard library only: this runs under cookiecutter's Python.
@@ -30,14 +33,16 @@ NOT_YET = {
     "source": {"files", "kafka"},
     "sink": {"delta"},
 }
-BOOLEAN_WORDS = {"true": True, "yes": True, "y": True, "1": True, "on": True,
-                 "false": False, "no": False, "n": False, "0": False, "off": False}
 
 
 def load_capacity_module():
     """The generated package's capacity.py, straight from the template folder."""
-    path = (Path(ANSWERS["_repo_dir"]) / "{{ '{{cookiecutter.project_slug}}' }}"
-            / "{{ '{{cookiecutter.package_name}}' }}" / "capacity.py")
+    path = (
+        Path(ANSWERS["_repo_dir"])
+        / "{{ '{{cookiecutter.project_slug}}' }}"
+        / "{{ '{{cookiecutter.package_name}}' }}"
+        / "capacity.py"
+    )
     spec = importlib.util.spec_from_file_location("_template_capacity", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
@@ -50,23 +55,26 @@ def problems(answers: dict) -> list[str]:
     found = []
     slug = str(answers["project_slug"])
     if not SLUG.match(slug):
-        found.append(f"project_slug {slug!r} is not a usable directory name: use lower-case letters, "
-                     "digits, '-', '_' or '.', starting with a letter or digit (for example 'stream-job').")
+        found.append(
+            f"project_slug {slug!r} is not a usable directory name: use lower-case letters, "
+            "digits, '-', '_' or '.', starting with a letter or digit (for example 'stream-job')."
+        )
     package = str(answers["package_name"])
     if not PACKAGE.match(package) or keyword.iskeyword(package):
-        found.append(f"package_name {package!r} is not a valid Python package name: use lower-case letters, "
-                     "digits and '_', not starting with a digit (for example 'stream_job').")
+        found.append(
+            f"package_name {package!r} is not a valid Python package name: use lower-case letters, "
+            "digits and '_', not starting with a digit (for example 'stream_job')."
+        )
     elif package in RESERVED_PACKAGES:
         found.append(f"package_name {package!r} would shadow a module the job imports; choose another name.")
     for answer, values in NOT_YET.items():
         if answers[answer] in values:
-            found.append(f"{answer} {answers[answer]!r} is not available in this version of the template; "
-                         f"choose {'rate' if answer == 'source' else 'parquet or console'}.")
+            found.append(
+                f"{answer} {answers[answer]!r} is not available in this version of the template; "
+                f"choose {'rate' if answer == 'source' else 'parquet or console'}."
+            )
     found += number_problems(answers)
     found += watermark_problems(answers)
-    if str(answers["changelog_checkpointing"]).strip().lower() not in BOOLEAN_WORDS:
-        found.append(f"changelog_checkpointing {answers['changelog_checkpointing']!r} is not yes or no; "
-                     "answer true or false.")
     return found
 
 
@@ -83,8 +91,9 @@ def number_problems(answers: dict) -> list[str]:
         if not pattern.match(text) or float(text) <= 0:
             found.append(f"{name} {answers[name]!r} is not valid: write {expected}.")
         elif name == "state_growth_factor" and float(text) < 1:
-            found.append(f"{name} {answers[name]!r} is below 1: state does not shrink over a job's life; "
-                         "write 1 or more.")
+            found.append(
+                f"{name} {answers[name]!r} is below 1: state does not shrink over a job's life; write 1 or more."
+            )
     return found
 
 

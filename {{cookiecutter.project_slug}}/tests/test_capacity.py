@@ -84,15 +84,23 @@ def test_parse_duration_rejects(text, message):
         parse_duration(text)
 
 
-@pytest.mark.parametrize(("bad", "message"), [
-    ({"input_rows_per_second": 0}, "input_rows_per_second"),
-    ({"state_bytes_per_row": -1}, "state_bytes_per_row"),
-    ({"shuffle_partitions": 0}, "shuffle_partitions"),
-    ({"growth_factor": 0.5}, "growth_factor"),
-])
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"input_rows_per_second": 0}, "input_rows_per_second"),
+        ({"state_bytes_per_row": -1}, "state_bytes_per_row"),
+        ({"shuffle_partitions": 0}, "shuffle_partitions"),
+        ({"growth_factor": 0.5}, "growth_factor"),
+    ],
+)
 def test_estimate_rejects_bad_inputs(bad, message):
-    inputs = {"input_rows_per_second": 10, "watermark": "1 minute", "state_bytes_per_row": 64,
-              "shuffle_partitions": 2, "growth_factor": 1.0} | bad
+    inputs = {
+        "input_rows_per_second": 10,
+        "watermark": "1 minute",
+        "state_bytes_per_row": 64,
+        "shuffle_partitions": 2,
+        "growth_factor": 1.0,
+    } | bad
     with pytest.raises(ValueError, match=message):
         estimate(**inputs)
 
@@ -101,7 +109,10 @@ def test_decide_auto_takes_the_recommendation():
     sizing = estimate(100_000, "1 hour", 200, 50)
     decision = decide("auto", True, sizing)
     assert (decision.provider, decision.changelog_checkpointing, decision.against_recommendation) == (
-        "rocksdb", True, False)
+        "rocksdb",
+        True,
+        False,
+    )
     assert decision.notes == ()
 
 
@@ -136,17 +147,32 @@ def test_report_warns_near_the_threshold():
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "{{ cookiecutter.package_name }}", *args],
-                          cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "{{ cookiecutter.package_name }}", *args], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_estimate_command_json():
-    result = run_cli("estimate", "--rate", "10000", "--watermark", "10 minutes",
-                     "--bytes-per-row", "64", "--partitions", "200", "--json")
+    result = run_cli(
+        "estimate",
+        "--rate",
+        "10000",
+        "--watermark",
+        "10 minutes",
+        "--bytes-per-row",
+        "64",
+        "--partitions",
+        "200",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert (data["rows"], data["total_bytes"], data["bytes_per_partition"], data["recommended_provider"]) == (
-        6_000_000, 384_000_000, 1_920_000, "hdfs")
+        6_000_000,
+        384_000_000,
+        1_920_000,
+        "hdfs",
+    )
 
 
 def test_estimate_command_reads_missing_inputs_from_settings():
@@ -155,10 +181,13 @@ def test_estimate_command_reads_missing_inputs_from_settings():
     assert "360,000,000 rows" in result.stdout
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--rate", "-5"], "argument --rate: '-5' must be a finite number greater than zero"),
-    (["--partitions", "two"], "argument --partitions: 'two' is not a whole number"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rate", "-5"], "argument --rate: '-5' must be a finite number greater than zero"),
+        (["--partitions", "two"], "argument --partitions: 'two' is not a whole number"),
+    ],
+)
 def test_estimate_command_rejects_bad_flags(args, message):
     result = run_cli("estimate", *args)
     assert result.returncode == 2
@@ -171,7 +200,9 @@ def test_estimate_command_rejects_a_bad_watermark():
     assert "estimate error: 'soon' is not an interval Spark can parse" in result.stderr
 
 
-@pytest.mark.parametrize("text", ["10 minutes", "2 hours", "1 hour 30 minutes", "500 milliseconds", "1 week", "1.5 seconds"])
+@pytest.mark.parametrize(
+    "text", ["10 minutes", "2 hours", "1 hour 30 minutes", "500 milliseconds", "1 week", "1.5 seconds"]
+)
 def test_spark_reads_durations_the_same_way(spark, text):
     interval = spark.sql(f"SELECT INTERVAL '{text}' AS delay").first().delay
     assert interval.total_seconds() == pytest.approx(parse_duration(text))

@@ -26,9 +26,17 @@ def test_hdfs_confs(make_settings):
 
 @pytest.mark.parametrize("changelog", [True, False])
 def test_rocksdb_confs(make_settings, changelog):
-    settings = make_settings(store("rocksdb", changelog, bounded_memory_usage=True, max_memory_usage_mb=256,
-                                   block_cache_size_mb=32, write_buffer_size_mb=None)
-                             | {"spark": {"platform": "oss"}})
+    settings = make_settings(
+        store(
+            "rocksdb",
+            changelog,
+            bounded_memory_usage=True,
+            max_memory_usage_mb=256,
+            block_cache_size_mb=32,
+            write_buffer_size_mb=None,
+        )
+        | {"spark": {"platform": "oss"}}
+    )
     confs = spark_confs(settings)
     assert confs[f"{STATE}.providerClass"] == OSS_ROCKSDB
     assert confs[f"{STATE}.rocksdb.changelogCheckpointing.enabled"] == str(changelog).lower()
@@ -45,8 +53,9 @@ def test_databricks_class_names(make_settings, provider, expected):
 
 
 def test_extra_confs_pass_through(make_settings):
-    confs = spark_confs(make_settings({"spark": {"conf": {"spark.sql.streaming.metricsEnabled": True,
-                                                          "spark.executor.memory": "2g"}}}))
+    confs = spark_confs(
+        make_settings({"spark": {"conf": {"spark.sql.streaming.metricsEnabled": True, "spark.executor.memory": "2g"}}})
+    )
     assert confs["spark.sql.streaming.metricsEnabled"] == "true"
     assert confs["spark.executor.memory"] == "2g"
 

@@ -40,11 +40,23 @@ def stream_changes(tmp_path: Path, store: dict) -> dict:
     return {
         "spark": {"shuffle_partitions": 2, "platform": "oss"},
         "state_store": store,
-        "source": {"rate": {"rows_per_batch": ROWS_PER_BATCH, "advance_per_batch": "1 minute",
-                            "start_timestamp_ms": 0, "keys": KEYS, "num_partitions": 1}},
+        "source": {
+            "rate": {
+                "rows_per_batch": ROWS_PER_BATCH,
+                "advance_per_batch": "1 minute",
+                "start_timestamp_ms": 0,
+                "keys": KEYS,
+                "num_partitions": 1,
+            }
+        },
         "sink": {"type": "parquet", "output_mode": "append", "path": str(tmp_path / "output")},
-        "query": {"name": f"test_{tmp_path.name}", "watermark": "1 minute", "window": "1 minute",
-                  "checkpoint_location": str(tmp_path / "checkpoint"), "trigger": "1 second"},
+        "query": {
+            "name": f"test_{tmp_path.name}",
+            "watermark": "1 minute",
+            "window": "1 minute",
+            "checkpoint_location": str(tmp_path / "checkpoint"),
+            "trigger": "1 second",
+        },
     }
 
 
@@ -96,7 +108,11 @@ def test_spark_submit_main_py(spark, write_settings, tmp_path):
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     result = subprocess.run(
         [str(spark_submit), "--master", "local[2]", "main.py", "--settings", str(path), "--max-batches", "5"],
-        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300, env=env,
+        cwd=PROJECT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     progress = [line for line in result.stdout.splitlines() if line.startswith("batch ")]

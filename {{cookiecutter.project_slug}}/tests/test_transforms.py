@@ -14,7 +14,9 @@ def ts(minute: int, second: int = 0) -> datetime:
 
 
 def test_events_from_rate(spark):
-    rate = spark.createDataFrame([(ts(0), 0), (ts(0, 1), 1), (ts(0, 2), 2), (ts(0, 3), 3)], "timestamp timestamp, value long")
+    rate = spark.createDataFrame(
+        [(ts(0), 0), (ts(0, 1), 1), (ts(0, 2), 2), (ts(0, 3), 3)], "timestamp timestamp, value long"
+    )
     expected = spark.createDataFrame(
         [(ts(0), "key-0"), (ts(0, 1), "key-1"), (ts(0, 2), "key-2"), (ts(0, 3), "key-0")],
         "event_time timestamp, key string",

@@ -43,13 +43,19 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="run the streaming job (what main.py does)")
-    run.add_argument("--settings", type=Path, default=DEFAULT_SETTINGS_FILE, help="settings file (default: %(default)s)")
+    run.add_argument(
+        "--settings", type=Path, default=DEFAULT_SETTINGS_FILE, help="settings file (default: %(default)s)"
+    )
     run.add_argument("--max-batches", type=positive_int, help="stop gracefully after N committed micro-batches")
     run.add_argument("--timeout", type=positive_float, metavar="SECONDS", help="stop gracefully after SECONDS")
 
     estimate = commands.add_parser("estimate", help="size the state store and recommend a provider")
-    estimate.add_argument("--settings", type=Path, default=DEFAULT_SETTINGS_FILE,
-                          help="where missing inputs are read from (default: %(default)s)")
+    estimate.add_argument(
+        "--settings",
+        type=Path,
+        default=DEFAULT_SETTINGS_FILE,
+        help="where missing inputs are read from (default: %(default)s)",
+    )
     estimate.add_argument("--rate", type=positive_float, help="input rows per second")
     estimate.add_argument("--watermark", help="watermark, such as '10 minutes'")
     estimate.add_argument("--bytes-per-row", type=positive_int, help="bytes per state row")
@@ -58,7 +64,9 @@ def parser() -> argparse.ArgumentParser:
     estimate.add_argument("--json", action="store_true", help="print JSON instead of the report")
 
     show = commands.add_parser("show-output", help="print what the parquet sink has written")
-    show.add_argument("--settings", type=Path, default=DEFAULT_SETTINGS_FILE, help="settings file (default: %(default)s)")
+    show.add_argument(
+        "--settings", type=Path, default=DEFAULT_SETTINGS_FILE, help="settings file (default: %(default)s)"
+    )
     show.add_argument("--limit", type=positive_int, default=20, help="rows to print (default: %(default)s)")
     return root
 
@@ -78,17 +86,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    inputs = {"rate": args.rate, "watermark": args.watermark, "bytes_per_row": args.bytes_per_row,
-              "partitions": args.partitions, "growth": args.growth}
+    inputs = {
+        "rate": args.rate,
+        "watermark": args.watermark,
+        "bytes_per_row": args.bytes_per_row,
+        "partitions": args.partitions,
+        "growth": args.growth,
+    }
     if any(value is None for name, value in inputs.items() if name != "growth"):
         settings = load_settings(args.settings)
-        defaults = {"rate": settings.capacity.input_rows_per_second, "watermark": settings.query.watermark,
-                    "bytes_per_row": settings.capacity.state_bytes_per_row,
-                    "partitions": settings.spark.shuffle_partitions, "growth": settings.capacity.state_growth_factor}
+        defaults = {
+            "rate": settings.capacity.input_rows_per_second,
+            "watermark": settings.query.watermark,
+            "bytes_per_row": settings.capacity.state_bytes_per_row,
+            "partitions": settings.spark.shuffle_partitions,
+            "growth": settings.capacity.state_growth_factor,
+        }
         inputs = {name: defaults[name] if value is None else value for name, value in inputs.items()}
     try:
-        sizing = capacity.estimate(inputs["rate"], inputs["watermark"], inputs["bytes_per_row"],
-                                   inputs["partitions"], inputs["growth"] or 1.0)
+        sizing = capacity.estimate(
+            inputs["rate"], inputs["watermark"], inputs["bytes_per_row"], inputs["partitions"], inputs["growth"] or 1.0
+        )
     except ValueError as error:
         print(f"estimate error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -52,8 +52,10 @@ Duration = Annotated[str, AfterValidator(_duration)]
 
 
 class SparkSettings(Section):
-    app_name: str = Field("{{ cookiecutter.project_slug }}", min_length=1, description="the Spark application name")
-    master: str = Field("local[2]", min_length=1, description="a Spark master URL such as local[2] or spark://host:7077")
+    app_name: str = Field("{{ cookiecutter.package_name }}", min_length=1, description="the Spark application name")
+    master: str = Field(
+        "local[2]", min_length=1, description="a Spark master URL such as local[2] or spark://host:7077"
+    )
     platform: Literal["oss", "databricks"] = Field("oss", description="oss or databricks")
     shuffle_partitions: int = Field(200, gt=0, description="a whole number of partitions greater than zero")
     conf: dict[str, str | int | float | bool] = Field(
@@ -217,10 +219,12 @@ def _resolve_paths(settings: Settings, base: Path) -> Settings:
 
     checkpoint = absolute(settings.query.checkpoint_location)
     if "://" not in checkpoint and Path(checkpoint).exists() and not Path(checkpoint).is_dir():
-        raise SettingsError([
-            f"query.checkpoint_location = {checkpoint!r}: is a file, not a directory;"
-            " point it at a directory (a new one starts a new query)"
-        ])
+        raise SettingsError(
+            [
+                f"query.checkpoint_location = {checkpoint!r}: is a file, not a directory;"
+                " point it at a directory (a new one starts a new query)"
+            ]
+        )
     query = settings.query.model_copy(update={"checkpoint_location": checkpoint})
     sink = settings.sink.model_copy(update={"path": absolute(settings.sink.path)})
     return settings.model_copy(update={"query": query, "sink": sink})

@@ -1,0 +1,1 @@
+"""Tests of the template: bakes and the generated project's own gates."""

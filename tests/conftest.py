@@ -1,0 +1,38 @@
+"""Baking helpers: real cookiecutter runs into temporary folders."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cookiecutter.main import cookiecutter
+
+TEMPLATE = Path(__file__).resolve().parents[1]
+
+
+def bake(output_dir: Path, **answers: Any) -> Path:
+    """Generate a project with default answers overridden by `answers`; return its folder."""
+    return Path(
+        cookiecutter(
+            str(TEMPLATE),
+            no_input=True,
+            extra_context=answers,
+            output_dir=str(output_dir),
+            default_config=True,
+        )
+    )
+
+
+def run_in(project: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run `python args...` inside a baked project, with this interpreter."""
+    return subprocess.run([sys.executable, *args], cwd=project, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    return folder

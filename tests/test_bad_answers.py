@@ -1,0 +1,60 @@
+"""Every bad answer stops generation with one clear sentence and leaves nothing behind."""
+
+from __future__ import annotations
+
+import pytest
+from cookiecutter.exceptions import FailedHookException
+
+from .conftest import bake
+
+BAD_ANSWERS = [
+    ({"package_name": "2fast"}, "package_name '2fast' is not a valid Python package name"),
+    ({"package_name": "class"}, "package_name 'class' is not a valid Python package name"),
+    ({"package_name": "my-job"}, "package_name 'my-job' is not a valid Python package name"),
+    ({"package_name": "pyspark"}, "package_name 'pyspark' would shadow a module the job imports"),
+    ({"project_slug": "Bad Slug!"}, "project_slug 'Bad Slug!' is not a usable directory name"),
+    ({"watermark": "soon"}, "watermark 'soon' is not an interval Spark can parse"),
+    ({"watermark": ""}, "watermark is empty"),
+    ({"watermark": "0 seconds"}, "watermark '0 seconds' must be longer than zero"),
+    ({"watermark": "1 month"}, "watermark '1 month' uses months; write it in days or weeks instead"),
+    ({"watermark": "10 fortnights"}, "watermark '10 fortnights' has an unknown unit 'fortnight'"),
+    ({"input_rows_per_second": "-5"}, "input_rows_per_second '-5' is not valid"),
+    ({"input_rows_per_second": "0"}, "input_rows_per_second '0' is not valid"),
+    ({"input_rows_per_second": "lots"}, "input_rows_per_second 'lots' is not valid"),
+    ({"state_bytes_per_row": "1.5"}, "state_bytes_per_row '1.5' is not valid: write a whole number of bytes"),
+    ({"shuffle_partitions": "0"}, "shuffle_partitions '0' is not valid"),
+    ({"state_growth_factor": "0.5"}, "state_growth_factor '0.5' is below 1"),
+    ({"source": "files"}, "source 'files' is not available in this version of the template; choose rate"),
+    ({"sink": "delta"}, "sink 'delta' is not available in this version of the template; choose parquet or console"),
+]
+
+
+@pytest.mark.parametrize(("answers", "sentence"), BAD_ANSWERS, ids=[str(a) for a, _ in BAD_ANSWERS])
+def test_bad_answer_fails_cleanly(out, capfd, answers, sentence):
+    with pytest.raises(FailedHookException):
+        bake(out, **answers)
+    err = capfd.readouterr().err
+    assert f"ERROR: {sentence}" in err
+    assert "Traceback" not in err.split("Hook script failed")[-1]
+    assert list(out.iterdir()) == []
+
+
+def test_cookiecutter_itself_refuses_a_non_boolean(out):
+    with pytest.raises(ValueError, match="maybe provided for variable changelog_checkpointing could not be converted"):
+        bake(out, changelog_checkpointing="maybe")
+    assert list(out.iterdir()) == []
+
+
+def test_all_bad_answers_are_reported_at_once(out, capfd):
+    with pytest.raises(FailedHookException):
+        bake(out, watermark="soon", shuffle_partitions="-1", package_name="2fast")
+    errors = [line for line in capfd.readouterr().err.splitlines() if line.startswith("ERROR: ")]
+    assert len(errors) == 3
+
+
+def test_code_in_a_text_answer_is_never_run(out, tmp_path):
+    marker = tmp_path / "pwned"
+    payload = f'"""); __import__("pathlib").Path({str(marker)!r}).touch(); ("""'
+    project = bake(out, description=payload, author=payload)
+    assert not marker.exists()
+    assert payload in (project / "README.md").read_text(encoding="utf-8")

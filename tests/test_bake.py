@@ -1,0 +1,132 @@
+"""Bake every supported combination and check what comes out."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import bake, run_in
+
+# A state large enough for RocksDB: 1 hour x 1,000,000 rows/s x 100 B / 200 = 1.8 GB per partition.
+LARGE_STATE = {"input_rows_per_second": "1000000", "watermark": "1 hour", "state_bytes_per_row": "100"}
+
+COMBINATIONS = [
+    pytest.param(
+        {"state_store_provider": provider, "sink": sink, "platform": platform},
+        id=f"provider:{provider}-sink:{sink}-platform:{platform}",
+    )
+    for provider in ("auto", "hdfs", "rocksdb")
+    for sink in ("parquet", "console")
+    for platform in ("oss", "databricks")
+]
+
+
+def settings_of(project: Path) -> dict:
+    return yaml.safe_load((project / "settings.yaml").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("answers", COMBINATIONS)
+def test_combination_bakes_clean(out, answers):
+    project = bake(out, **answers)
+    leftovers = [
+        str(path.relative_to(project))
+        for path in project.rglob("*")
+        if path.is_file()
+        and ("{{ cookiecutter." in path.read_text(encoding="utf-8") or "{%" in path.read_text(encoding="utf-8"))
+    ]
+    assert leftovers == []
+    assert not [p for p in project.rglob("*") if "{{" in p.name]
+    settings = settings_of(project)
+    expected_provider = "hdfs" if answers["state_store_provider"] == "auto" else answers["state_store_provider"]
+    assert settings["state_store"]["provider"] == expected_provider
+    assert settings["state_store"]["changelog_checkpointing"] is (expected_provider == "rocksdb")
+    assert settings["sink"]["type"] == answers["sink"]
+    assert settings["spark"]["platform"] == answers["platform"]
+    recorded = json.loads((project / ".cookiecutter.json").read_text())
+    assert recorded["state_store_provider"] == answers["state_store_provider"]
+    # The generated settings load in the generated package, and its estimate agrees with the bake.
+    result = run_in(project, "-m", "stream_job", "estimate", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["recommended_provider"] == "hdfs"
+
+
+def test_default_bake_prints_the_worked_example(out, capfd):
+    project = bake(out)
+    printed = capfd.readouterr().out
+    assert "6,000,000 rows" in printed
+    assert "384,000,000 B" in printed
+    assert "1,920,000 B" in printed
+    assert "recommendation = hdfs" in printed
+    assert "chosen         = hdfs, changelog checkpointing off" in printed
+    text = (project / "settings.yaml").read_text()
+    assert "#   per partition = 384,000,000 B / 200 = 1,920,000 B" in text
+    assert "#   recommended: hdfs; requested: auto; written: hdfs" in text
+    assert "# changelog checkpointing is written as off" in text
+
+
+def test_large_state_gets_rocksdb_with_changelog(out, capfd):
+    project = bake(out, **LARGE_STATE)
+    assert "recommendation = rocksdb" in capfd.readouterr().out
+    store = settings_of(project)["state_store"]
+    assert (store["provider"], store["changelog_checkpointing"]) == ("rocksdb", True)
+    result = run_in(project, "-m", "stream_job", "estimate", "--json")
+    sizing = json.loads(result.stdout)
+    assert (sizing["rows"], sizing["bytes_per_partition"]) == (3_600_000_000, 1_800_000_000)
+
+
+def test_changelog_can_be_turned_off(out):
+    project = bake(out, **LARGE_STATE, changelog_checkpointing=False)
+    assert settings_of(project)["state_store"]["changelog_checkpointing"] is False
+
+
+def test_choice_against_the_sizing_is_kept_with_a_loud_warning(out, capfd):
+    project = bake(out, **LARGE_STATE, state_store_provider="hdfs")
+    printed = capfd.readouterr()
+    assert "WARNING: you chose hdfs but the sizing recommends rocksdb" in printed.err
+    assert "!" * 78 in printed.err
+    assert settings_of(project)["state_store"]["provider"] == "hdfs"
+    assert "# WARNING: you chose hdfs" in (project / "settings.yaml").read_text()
+
+
+def test_growth_factor_moves_the_decision(out):
+    # 1,920,000 B per partition x 600 = 1,152,000,000 B: over 1 GiB.
+    project = bake(out, state_growth_factor="600")
+    assert settings_of(project)["state_store"]["provider"] == "rocksdb"
+
+
+def test_names_are_derived_and_overridable(out):
+    project = bake(out, project_name="Clicks Per User")
+    assert project.name == "clicks-per-user"
+    assert (project / "clicks_per_user" / "capacity.py").is_file()
+    project = bake(out, project_name="Orders", project_slug="orders-job", package_name="orders")
+    assert project.name == "orders-job"
+    assert (project / "orders" / "settings.py").is_file()
+
+
+AWKWARD = [
+    "Quote \"double\" and 'single'",
+    "Back\\slash \\n not a newline",
+    "Ünïcødé — ñame ✓",
+    "Colon: value # not a comment",
+    "{not jinja} [yaml] & <html>",
+]
+
+
+@pytest.mark.parametrize("text", AWKWARD)
+def test_awkward_text_answers_stay_inert_and_parseable(out, text):
+    project = bake(out, project_name="Awkward", description=text, author=text)
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["description"] == text
+    assert pyproject["project"]["authors"] == [{"name": text}]
+    assert settings_of(project)["spark"]["app_name"] == "awkward"
+    assert json.loads((project / ".cookiecutter.json").read_text())["description"] == text
+
+
+def test_unicode_project_name_gets_an_ascii_slug(out):
+    project = bake(out, project_name="Zähler für Sitzungen")
+    assert project.name == "zahler-fur-sitzungen"
+    assert (project / "zahler_fur_sitzungen").is_dir()

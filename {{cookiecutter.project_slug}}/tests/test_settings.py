@@ -78,6 +78,10 @@ def errors_for(make_settings, changes) -> list[str]:
             "spark.sql.shuffle.partitions is managed by the setting spark.shuffle_partitions",
         ),
         (
+            {"source": {"rate": {"advance_per_batch": "10 microseconds"}}},
+            "source.rate.advance_per_batch = '10 microseconds': the rate-micro-batch source advances in whole",
+        ),
+        (
             {"capacity": {"state_growth_factor": 0.5}},
             "capacity.state_growth_factor = 0.5: Input should be greater than or equal to 1",
         ),

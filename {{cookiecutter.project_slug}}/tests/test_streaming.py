@@ -60,6 +60,11 @@ def stream_changes(tmp_path: Path, store: dict) -> dict:
     }
 
 
+def clean_env() -> dict[str, str]:
+    """This environment without the developer's own settings overrides."""
+    return {name: value for name, value in os.environ.items() if not name.upper().startswith(ENV_PREFIX)}
+
+
 def last_committed_batch(checkpoint: Path) -> int:
     return max(int(path.name) for path in (checkpoint / "commits").iterdir() if path.name.isdigit())
 
@@ -102,7 +107,7 @@ def test_spark_submit_main_py(spark, write_settings, tmp_path):
     """The real entry point in a real separate process: spark-submit main.py --max-batches N."""
     path = write_settings(stream_changes(tmp_path, PROVIDERS["rocksdb+changelog"]))
     spark_submit = Path(sys.executable).parent / "spark-submit"
-    env = {name: value for name, value in os.environ.items() if not name.upper().startswith(ENV_PREFIX)}
+    env = clean_env()
     # spark-submit finds Spark and runs main.py with the Python on PATH: make it this one.
     env["PATH"] = f"{spark_submit.parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -115,6 +120,7 @@ def test_spark_submit_main_py(spark, write_settings, tmp_path):
         env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "on local[2], state store rocksdb with changelog checkpointing, 2 shuffle partitions" in result.stdout
     progress = [line for line in result.stdout.splitlines() if line.startswith("batch ")]
     assert len(progress) >= 5
     assert progress[0].startswith(f"batch 0: {ROWS_PER_BATCH} input rows")
@@ -122,3 +128,23 @@ def test_spark_submit_main_py(spark, write_settings, tmp_path):
     committed = last_committed_batch(tmp_path / "checkpoint")
     assert committed >= 4
     assertDataFrameEqual(spark.read.parquet(str(tmp_path / "output")), expected_rows(spark, committed))
+
+
+def test_python_main_py_uses_the_settings_master_and_console_sink(write_settings, tmp_path):
+    changes = stream_changes(tmp_path, PROVIDERS["hdfs"])
+    changes["spark"]["master"] = "local[1]"
+    changes["sink"] = {"type": "console", "output_mode": "update"}
+    path = write_settings(changes)
+    result = subprocess.run(
+        [sys.executable, "main.py", "--settings", str(path), "--max-batches", "2"],
+        cwd=PROJECT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env(),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "on local[1], state store hdfs, 2 shuffle partitions" in result.stdout
+    # update mode prints every changed window: batch 0 holds minute 0 with 4 events per key.
+    assert "|1970-01-01 00:00:00|1970-01-01 00:01:00|key-0|4     |" in result.stdout
+    assert last_committed_batch(tmp_path / "checkpoint") >= 1

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from . import capacity
-from .settings import DEFAULT_SETTINGS_FILE, SettingsError, load_settings
+from .settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_settings
 
 EXIT_QUERY_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -128,6 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except JavaError as error:
         print(f"java error: {error}", file=sys.stderr)
         return EXIT_NO_JAVA
+    print(startup_line(settings, spark.version, spark.sparkContext.master), flush=True)
     try:
         run_query(spark, settings, args.max_batches, args.timeout)
     except StreamingQueryException as error:
@@ -137,6 +138,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     return 0
+
+
+def startup_line(settings: Settings, spark_version: str, master: str) -> str:
+    store = settings.state_store
+    changelog = " with changelog checkpointing" if store.changelog_checkpointing else ""
+    return (
+        f"{settings.query.name}: Spark {spark_version} on {master}, state store {store.provider}{changelog},"
+        f" {settings.spark.shuffle_partitions} shuffle partitions, checkpoint {settings.query.checkpoint_location}"
+    )
 
 
 def cmd_show_output(args: argparse.Namespace) -> int:

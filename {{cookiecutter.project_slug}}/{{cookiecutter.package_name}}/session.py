@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from .java import launched_by_spark_submit, require_java
@@ -55,22 +54,15 @@ def _text(value: object) -> str:
 
 
 def build_session(settings: Settings) -> SparkSession:
-    """The job's SparkSession; the settings' master applies only when spark-submit set none."""
+    """The job's SparkSession, configured from settings."""
     require_java()
     builder = SparkSession.builder.appName(settings.spark.app_name)
-    if master_from_spark_submit() is None:
+    # spark-submit always decides the master (its default is local[*]); settings apply to `python main.py`.
+    if not launched_by_spark_submit():
         builder = builder.master(settings.spark.master)
     for key, value in spark_confs(settings).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
-
-
-def master_from_spark_submit() -> str | None:
-    """The master spark-submit put into the JVM's properties, if the job runs under it."""
-    if not launched_by_spark_submit():
-        return None
-    SparkContext._ensure_initialized()
-    return SparkContext._jvm.java.lang.System.getProperty("spark.master")
 
 
 def apply_confs(spark: SparkSession, settings: Settings) -> None:

@@ -108,6 +108,13 @@ class RateSourceSettings(Section):
     keys: int = Field(1000, gt=0, description="a whole number of distinct keys greater than zero")
     num_partitions: int | None = Field(None, gt=0, description="a whole number greater than zero, or null")
 
+    @field_validator("advance_per_batch")
+    @classmethod
+    def _whole_milliseconds(cls, value: str) -> str:
+        if capacity.parse_duration(value) < 0.001:
+            raise ValueError("the rate-micro-batch source advances in whole milliseconds; use 1 millisecond or more")
+        return value
+
 
 class SourceSettings(Section):
     type: Literal["rate"] = Field("rate", description="rate")

@@ -1,0 +1,40 @@
+# The template repository. `make help` lists the targets.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEMO_DIR ?= build/demo
+
+.PHONY: help setup check-java demo test test-fast lint clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q .
+	touch $@
+
+setup: $(VENV)/.installed ## create .venv with cookiecutter, pyspark and the test tools
+
+check-java: ## fail with a clear message when Java 17+ is missing
+	@if [ -n "$$JAVA_HOME" ]; then java="$$JAVA_HOME/bin/java"; else java=$$(command -v java || true); fi; \
+	if [ -z "$$java" ] || [ ! -x "$$java" ]; then \
+		echo "Java was not found: Spark needs Java 17 or newer. Install it (apt-get install openjdk-17-jre-headless) or set JAVA_HOME." >&2; exit 3; fi
+
+demo: setup check-java ## bake with the default answers, run the job for a few batches, print sizing and output
+	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	$(BIN)/cookiecutter --no-input --output-dir $(DEMO_DIR) .
+	$(MAKE) -C $(DEMO_DIR)/stream-job demo VENV=$(CURDIR)/$(VENV)
+
+test: setup check-java ## run all tests: bakes, bad answers, and the generated projects' own tests and ruff
+	$(BIN)/python -m pytest
+
+test-fast: setup ## the tests that run no generated test suite
+	$(BIN)/python -m pytest -m "not slow"
+
+lint: setup ## ruff on the template's own code (hooks and tests)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean: ## remove .venv and build/
+	rm -rf $(VENV) build .pytest_cache .ruff_cache

@@ -1,7 +1,8 @@
-"""Size the state, settle the provider, and write the decision into settings.yaml.
+"""Check the watermark, size the state, settle the provider, and write the decision into settings.yaml.
 
-Runs inside the freshly generated project and imports its capacity module, so the estimate
-the project ships is the one that made the decision. Standard library only.
+Runs inside the freshly generated project and imports its capacity module, so the estimate (and
+the watermark parser) the project ships is the one that made the decision. On a bad answer it
+exits 1 and cookiecutter removes the project. Standard library only.
 """
 
 from __future__ import annotations
@@ -81,15 +82,27 @@ def remove_unused_paths() -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def refuse(sentence: str) -> int:
+    """Stop: cookiecutter then removes the half-made project."""
+    print(f"ERROR: {sentence}", file=sys.stderr)
+    print("Nothing was generated. Run cookiecutter again with the answers fixed.", file=sys.stderr)
+    return 1
+
+
 def main() -> int:
     capacity = load_capacity_module()
-    sizing = capacity.estimate(
-        input_rows_per_second=float(ANSWERS["input_rows_per_second"]),
-        watermark=ANSWERS["watermark"],
-        state_bytes_per_row=int(ANSWERS["state_bytes_per_row"]),
-        shuffle_partitions=int(ANSWERS["shuffle_partitions"]),
-        growth_factor=float(ANSWERS["state_growth_factor"]),
-    )
+    try:
+        sizing = capacity.estimate(
+            input_rows_per_second=float(ANSWERS["input_rows_per_second"]),
+            watermark=ANSWERS["watermark"],
+            state_bytes_per_row=int(ANSWERS["state_bytes_per_row"]),
+            shuffle_partitions=int(ANSWERS["shuffle_partitions"]),
+            growth_factor=float(ANSWERS["state_growth_factor"]),
+        )
+    except capacity.DurationError as error:
+        return refuse(f"watermark {error}.")
+    except ValueError as error:  # the pre-generation hook checks these first; kept as a guard
+        return refuse(f"{error}.")
     # Cookiecutter has already turned the boolean answer into true or false.
     decision = capacity.decide(ANSWERS["state_store_provider"], bool(ANSWERS["changelog_checkpointing"]), sizing)
     write_decision(sizing, decision)

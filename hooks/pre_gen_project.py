@@ -1,21 +1,22 @@
-"""Validate every answer before anything is generated; stop with one clear sentence.
+"""Validate the answers before anything is generated; stop with one clear sentence each.
 
 Cookiecutter itself refuses a value outside a choice list or a non-boolean for
-changelog_checkpointing; those are not checked again here.
+changelog_checkpointing; those are not checked again here. The watermark is checked by the
+post-generation hook with the generated package's own parser: this hook cannot reach the template's
+files reliably (cookiecutter hands it the template path as typed, which may be relative to a
+folder the hook does not know), and the parser must exist once. A failing post-generation hook
+removes the project all the same.
 
-Answers arrive as JSON data (never pasted into code). The watermark is checked with the
-generated package's own parser, loaded from the template, so there is one parser.
-Standard library only: this runs under cookiecutter's Python.
+Answers arrive as JSON data (never pasted into code). Standard library only: this runs under
+cookiecutter's Python.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import keyword
 import re
 import sys
-from pathlib import Path
 
 ANSWERS = json.loads(
     r"""
@@ -33,21 +34,6 @@ NOT_YET = {
     "source": {"files", "kafka"},
     "sink": {"delta"},
 }
-
-
-def load_capacity_module():
-    """The generated package's capacity.py, straight from the template folder."""
-    path = (
-        Path(ANSWERS["_repo_dir"])
-        / "{{ '{{cookiecutter.project_slug}}' }}"
-        / "{{ '{{cookiecutter.package_name}}' }}"
-        / "capacity.py"
-    )
-    spec = importlib.util.spec_from_file_location("_template_capacity", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def problems(answers: dict) -> list[str]:
@@ -74,7 +60,6 @@ def problems(answers: dict) -> list[str]:
                 f"choose {'rate' if answer == 'source' else 'parquet or console'}."
             )
     found += number_problems(answers)
-    found += watermark_problems(answers)
     return found
 
 
@@ -95,15 +80,6 @@ def number_problems(answers: dict) -> list[str]:
                 f"{name} {answers[name]!r} is below 1: state does not shrink over a job's life; write 1 or more."
             )
     return found
-
-
-def watermark_problems(answers: dict) -> list[str]:
-    capacity = load_capacity_module()
-    try:
-        capacity.parse_duration(answers["watermark"])
-    except capacity.DurationError as error:
-        return [f"watermark {error}."]
-    return []
 
 
 def main() -> int:

@@ -47,7 +47,7 @@ def test_cookiecutter_itself_refuses_a_non_boolean(out):
 
 def test_all_bad_answers_are_reported_at_once(out, capfd):
     with pytest.raises(FailedHookException):
-        bake(out, watermark="soon", shuffle_partitions="-1", package_name="2fast")
+        bake(out, input_rows_per_second="fast", shuffle_partitions="-1", package_name="2fast")
     errors = [line for line in capfd.readouterr().err.splitlines() if line.startswith("ERROR: ")]
     assert len(errors) == 3
 

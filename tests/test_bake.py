@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
 
-from .conftest import bake, run_in
+from .conftest import TEMPLATE, bake, run_in
 
 # A state large enough for RocksDB: 1 hour x 1,000,000 rows/s x 100 B / 200 = 1.8 GB per partition.
 LARGE_STATE = {"input_rows_per_second": "1000000", "watermark": "1 hour", "state_bytes_per_row": "100"}
@@ -130,3 +132,21 @@ def test_unicode_project_name_gets_an_ascii_slug(out):
     project = bake(out, project_name="Zähler für Sitzungen")
     assert project.name == "zahler-fur-sitzungen"
     assert (project / "zahler_fur_sitzungen").is_dir()
+
+
+def test_cli_bake_from_a_relative_template_path(out):
+    """`cookiecutter .` from the template folder: hooks must not depend on the path as typed."""
+    cli = Path(sys.executable).parent / "cookiecutter"
+    result = subprocess.run([str(cli), "--no-input", "-o", str(out), "."], cwd=TEMPLATE, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "recommendation = hdfs" in result.stdout
+    assert (out / "stream-job" / "settings.yaml").is_file()
+    bad = subprocess.run(
+        [str(cli), "--no-input", "-o", str(out / "bad"), ".", "watermark=soon"],
+        cwd=TEMPLATE,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0
+    assert "ERROR: watermark 'soon' is not an interval Spark can parse" in bad.stderr
+    assert not (out / "bad" / "stream-job").exists()

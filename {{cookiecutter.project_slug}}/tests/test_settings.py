@@ -82,6 +82,10 @@ def errors_for(make_settings, changes) -> list[str]:
             "source.rate.advance_per_batch = '10 microseconds': the rate-micro-batch source advances in whole",
         ),
         (
+            {"query": {"trigger": "available_now"}, "source": {"rate": {"rows_per_batch": None}}},
+            "query.trigger available_now does not work with the clock-driven rate source",
+        ),
+        (
             {"capacity": {"state_growth_factor": 0.5}},
             "capacity.state_growth_factor = 0.5: Input should be greater than or equal to 1",
         ),
@@ -90,6 +94,17 @@ def errors_for(make_settings, changes) -> list[str]:
 def test_bad_values_are_named(make_settings, changes, expected):
     lines = errors_for(make_settings, changes)
     assert any(expected in line for line in lines), lines
+
+
+def test_checks_across_keys_name_the_section_not_its_whole_content(make_settings):
+    (line,) = errors_for(make_settings, {"state_store": {"provider": "hdfs", "changelog_checkpointing": True}})
+    assert line.startswith("state_store: changelog_checkpointing is true but provider is hdfs")
+    assert "min_batches_to_retain" not in line
+    (line,) = errors_for(
+        make_settings, {"query": {"trigger": "available_now"}, "source": {"rate": {"rows_per_batch": None}}}
+    )
+    assert line.startswith("settings: query.trigger available_now does not work")
+    assert "checkpoint_location" not in line
 
 
 def test_every_bad_field_gets_its_own_line(make_settings):

@@ -171,6 +171,15 @@ class Settings(BaseSettings):
     query: QuerySettings
     capacity: CapacitySettings
 
+    @model_validator(mode="after")
+    def _trigger_fits_source(self) -> Settings:
+        if self.query.trigger == "available_now" and self.source.rate.rows_per_batch is None:
+            raise ValueError(
+                "query.trigger available_now does not work with the clock-driven rate source (Spark runs one"
+                " empty batch); set source.rate.rows_per_batch, or use an interval such as '10 seconds'"
+            )
+        return self
+
     def sizing(self) -> capacity.Estimate:
         """The capacity estimate for these settings."""
         return capacity.estimate(
@@ -241,9 +250,12 @@ def describe_errors(error: ValidationError, path: Path) -> list[str]:
     """One line per bad field: where it came from, the value, what is wrong and what is expected."""
     lines = []
     for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"])
+        field = ".".join(str(part) for part in item["loc"]) or "settings"
         origin = _origin(item["loc"], path)
-        if item["type"] == "extra_forbidden":
+        if isinstance(item["input"], dict) and item["type"] == "value_error":
+            # A check across the keys of a section: its message names the keys and values.
+            lines.append(f"{field}: {item['msg'].removeprefix('Value error, ')} ({origin})")
+        elif item["type"] == "extra_forbidden":
             lines.append(f"{field}: unknown key{_did_you_mean(item['loc'])} ({origin}); remove it")
         elif item["type"] == "missing":
             lines.append(f"{field}: missing ({origin}); add it: {_expected(item['loc'])}")

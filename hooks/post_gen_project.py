@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -25,9 +24,6 @@ SETTINGS = Path("settings.yaml")
 DECISION_MARKER = "  # @sizing-decision@"
 PROVIDER_LINE = "  provider: auto"
 CHANGELOG_LINE = "  changelog_checkpointing: auto"
-
-# Optional folders: path -> keep it? (Files that are optional render an empty name instead.)
-OPTIONAL_PATHS: dict[str, bool] = {}
 
 
 def load_capacity_module():
@@ -76,12 +72,6 @@ def write_decision(sizing, decision) -> None:
     SETTINGS.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def remove_unused_paths() -> None:
-    for path, keep in OPTIONAL_PATHS.items():
-        if not keep:
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def refuse(sentence: str) -> int:
     """Stop: cookiecutter then removes the half-made project."""
     print(f"ERROR: {sentence}", file=sys.stderr)
@@ -106,7 +96,6 @@ def main() -> int:
     # Cookiecutter has already turned the boolean answer into true or false.
     decision = capacity.decide(ANSWERS["state_store_provider"], bool(ANSWERS["changelog_checkpointing"]), sizing)
     write_decision(sizing, decision)
-    remove_unused_paths()
     banner = "!" * 78
     if decision.against_recommendation:
         print(banner, file=sys.stderr)

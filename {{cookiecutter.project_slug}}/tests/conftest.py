@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,13 @@ from {{ cookiecutter.package_name }}.settings import ENV_PREFIX, Settings, load_
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 PROJECT_SETTINGS = PROJECT_DIR / "settings.yaml"
+
+
+def run_python(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python args...` in the project folder, as a real separate process."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.fixture(scope="session")

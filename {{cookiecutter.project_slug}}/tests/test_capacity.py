@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 from {{ cookiecutter.package_name }}.capacity import GIB, DurationError, decide, estimate, parse_duration, report
 
-from .conftest import PROJECT_DIR
+from .conftest import run_python
 
 
 def test_worked_example():
@@ -147,9 +146,7 @@ def test_report_warns_near_the_threshold():
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "{{ cookiecutter.package_name }}", *args], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120
-    )
+    return run_python("-m", "{{ cookiecutter.package_name }}", *args)
 
 
 def test_estimate_command_json():

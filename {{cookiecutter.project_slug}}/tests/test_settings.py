@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import yaml
 
 from {{ cookiecutter.package_name }}.settings import ENV_PREFIX, SettingsError, load_settings
 
-from .conftest import PROJECT_DIR, PROJECT_SETTINGS
+from .conftest import PROJECT_DIR, PROJECT_SETTINGS, run_python
 
 
 def test_generated_settings_load():
@@ -161,13 +160,7 @@ def test_checkpoint_location_that_is_a_file(make_settings, tmp_path):
 def test_bad_settings_exit_2_with_one_line_per_field_and_no_spark(write_settings, tmp_path):
     checkpoint = tmp_path / "checkpoint"
     path = write_settings({"spark": {"shuffle_partitions": 0}, "query": {"checkpoint_location": str(checkpoint)}})
-    result = subprocess.run(
-        [sys.executable, "main.py", "--settings", str(path)],
-        cwd=PROJECT_DIR,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_python("main.py", "--settings", str(path))
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"settings error: spark.shuffle_partitions = 0: Input should be greater than 0 (in {path});"
@@ -178,9 +171,7 @@ def test_bad_settings_exit_2_with_one_line_per_field_and_no_spark(write_settings
 
 
 def test_bad_flag_exits_2(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "main.py", "--max-batches", "0"], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120
-    )
+    result = run_python("main.py", "--max-batches", "0")
     assert result.returncode == 2
     assert "argument --max-batches: '0' must be greater than zero" in result.stderr
 
@@ -188,14 +179,7 @@ def test_bad_flag_exits_2(tmp_path):
 def test_missing_java_is_a_sentence(write_settings, tmp_path):
     path = write_settings({"query": {"checkpoint_location": str(tmp_path / "cp")}})
     env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}  # no java, no JAVA_HOME
-    result = subprocess.run(
-        [sys.executable, "main.py", "--settings", str(path)],
-        cwd=PROJECT_DIR,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    result = run_python("main.py", "--settings", str(path), env=env)
     assert result.returncode == 3
     assert result.stderr.startswith("java error: Java was not found (no JAVA_HOME, no java on PATH)")
     assert "Traceback" not in result.stderr

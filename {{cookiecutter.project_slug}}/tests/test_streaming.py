@@ -23,7 +23,7 @@ from {{ cookiecutter.package_name }}.job import run_query
 from {{ cookiecutter.package_name }}.session import PROVIDER_CLASSES, apply_confs
 from {{ cookiecutter.package_name }}.settings import ENV_PREFIX
 
-from .conftest import PROJECT_DIR
+from .conftest import PROJECT_DIR, run_python
 
 pytestmark = pytest.mark.streaming
 
@@ -135,14 +135,7 @@ def test_python_main_py_uses_the_settings_master_and_console_sink(write_settings
     changes["spark"]["master"] = "local[1]"
     changes["sink"] = {"type": "console", "output_mode": "update"}
     path = write_settings(changes)
-    result = subprocess.run(
-        [sys.executable, "main.py", "--settings", str(path), "--max-batches", "2"],
-        cwd=PROJECT_DIR,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=clean_env(),
-    )
+    result = run_python("main.py", "--settings", str(path), "--max-batches", "2", env=clean_env())
     assert result.returncode == 0, result.stderr[-3000:]
     assert "on local[1], state store hdfs, 2 shuffle partitions" in result.stdout
     # update mode prints every changed window: batch 0 holds minute 0 with 4 events per key.

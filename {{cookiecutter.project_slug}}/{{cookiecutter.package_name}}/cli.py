@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from . import capacity
+from .java import JavaError
 from .settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_settings
 
 EXIT_QUERY_FAILED = 1
@@ -83,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in error.lines:
             print(f"settings error: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except JavaError as error:
+        print(f"java error: {error}", file=sys.stderr)
+        return EXIT_NO_JAVA
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -119,15 +123,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Spark is imported only now, so that bad input never starts a JVM.
     from pyspark.errors import StreamingQueryException
 
-    from .java import JavaError
     from .job import run_query
     from .session import build_session
 
-    try:
-        spark = build_session(settings)
-    except JavaError as error:
-        print(f"java error: {error}", file=sys.stderr)
-        return EXIT_NO_JAVA
+    spark = build_session(settings)
     print(startup_line(settings, spark.version, spark.sparkContext.master), flush=True)
     try:
         run_query(spark, settings, args.max_batches, args.timeout)
@@ -157,14 +156,9 @@ def cmd_show_output(args: argparse.Namespace) -> int:
     if not Path(settings.sink.path).is_dir():
         print(f"no output yet at {settings.sink.path}; run the job first")
         return 0
-    from .java import JavaError
     from .session import build_session
 
-    try:
-        spark = build_session(settings)
-    except JavaError as error:
-        print(f"java error: {error}", file=sys.stderr)
-        return EXIT_NO_JAVA
+    spark = build_session(settings)
     try:
         output = spark.read.parquet(settings.sink.path)
         print(f"{output.count():,} rows in {settings.sink.path}")

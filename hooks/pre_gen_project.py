@@ -29,10 +29,9 @@ PACKAGE = re.compile(r"^[a-z_][a-z0-9_]*$")
 PLAIN_NUMBER = re.compile(r"^\d+(\.\d+)?$")
 WHOLE_NUMBER = re.compile(r"^\d+$")
 # Names a job package must not take: they would shadow what the job imports.
-RESERVED_PACKAGES = {"pyspark", "py4j", "pydantic", "pydantic_settings", "yaml", "tests", "test", "main"}
-NOT_YET = {
-    "source": {"files", "kafka"},
-    "sink": {"delta"},
+RESERVED_PACKAGES = {
+    *("pyspark", "py4j", "pydantic", "pydantic_settings", "yaml", "pyarrow", "deltalake"),
+    *("tests", "test", "main"),
 }
 
 
@@ -53,12 +52,6 @@ def problems(answers: dict) -> list[str]:
         )
     elif package in RESERVED_PACKAGES:
         found.append(f"package_name {package!r} would shadow a module the job imports; choose another name.")
-    for answer, values in NOT_YET.items():
-        if answers[answer] in values:
-            found.append(
-                f"{answer} {answers[answer]!r} is not available in this version of the template; "
-                f"choose {'rate' if answer == 'source' else 'parquet or console'}."
-            )
     found += number_problems(answers)
     return found
 

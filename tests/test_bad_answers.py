@@ -24,8 +24,8 @@ BAD_ANSWERS = [
     ({"state_bytes_per_row": "1.5"}, "state_bytes_per_row '1.5' is not valid: write a whole number of bytes"),
     ({"shuffle_partitions": "0"}, "shuffle_partitions '0' is not valid"),
     ({"state_growth_factor": "0.5"}, "state_growth_factor '0.5' is below 1"),
-    ({"source": "files"}, "source 'files' is not available in this version of the template; choose rate"),
-    ({"sink": "delta"}, "sink 'delta' is not available in this version of the template; choose parquet or console"),
+    ({"package_name": "deltalake"}, "package_name 'deltalake' would shadow a module the job imports"),
+    ({"package_name": "pyarrow"}, "package_name 'pyarrow' would shadow a module the job imports"),
 ]
 
 

@@ -16,15 +16,24 @@ from .conftest import TEMPLATE, bake, run_in
 # A state large enough for RocksDB: 1 hour x 1,000,000 rows/s x 100 B / 200 = 1.8 GB per partition.
 LARGE_STATE = {"input_rows_per_second": "1000000", "watermark": "1 hour", "state_bytes_per_row": "100"}
 
+PROVIDERS, SINKS, SOURCES = ("auto", "hdfs", "rocksdb"), ("parquet", "delta", "console"), ("rate", "files", "kafka")
+# Every provider x sink x platform; the source turns with the provider, so each sink meets each source.
 COMBINATIONS = [
     pytest.param(
-        {"state_store_provider": provider, "sink": sink, "platform": platform},
-        id=f"provider:{provider}-sink:{sink}-platform:{platform}",
+        {"state_store_provider": provider, "source": source, "sink": sink, "platform": platform},
+        id=f"provider:{provider}-source:{source}-sink:{sink}-platform:{platform}",
     )
-    for provider in ("auto", "hdfs", "rocksdb")
-    for sink in ("parquet", "console")
+    for p, provider in enumerate(PROVIDERS)
+    for s, sink in enumerate(SINKS)
+    for source in [SOURCES[(p + s) % len(SOURCES)]]
     for platform in ("oss", "databricks")
 ]
+# What `python -m <package> packages` must print for each answer: the JVM connectors spark-submit needs.
+SPARK_VERSION = __import__("pyspark").__version__
+EXPECTED_PACKAGES = {
+    "kafka": f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}",
+    "delta": f"io.delta:delta-spark_{'.'.join(SPARK_VERSION.split('.')[:2])}_2.13:4.4.1",
+}
 
 
 def settings_of(project: Path) -> dict:
@@ -47,6 +56,14 @@ def test_combination_bakes_clean(out, answers):
     assert settings["state_store"]["provider"] == expected_provider
     assert settings["state_store"]["changelog_checkpointing"] is (expected_provider == "rocksdb")
     assert settings["sink"]["type"] == answers["sink"]
+    assert settings["source"]["type"] == answers["source"]
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text())
+    needs_deltalake = any(dep.startswith("deltalake") for dep in pyproject["project"]["dependencies"])
+    assert needs_deltalake is (answers["sink"] == "delta")
+    makefile = (project / "Makefile").read_text()
+    assert ("sample-input" in makefile.split("\ndemo:")[1]) is (answers["source"] == "files")
+    assert ("STREAM_JOB_SOURCE__TYPE=rate" in makefile) is (answers["source"] != "files")
+    assert ("STREAM_JOB_SINK__DELTA__WRITER=deltalake" in makefile) is (answers["sink"] == "delta")
     assert settings["spark"]["platform"] == answers["platform"]
     recorded = json.loads((project / ".cookiecutter.json").read_text())
     assert recorded["state_store_provider"] == answers["state_store_provider"]
@@ -54,6 +71,11 @@ def test_combination_bakes_clean(out, answers):
     result = run_in(project, "-m", "stream_job", "estimate", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["recommended_provider"] == "hdfs"
+    packages = run_in(project, "-m", "stream_job", "packages")
+    expected = [
+        EXPECTED_PACKAGES[answer] for answer in (answers["source"], answers["sink"]) if answer in EXPECTED_PACKAGES
+    ]
+    assert (packages.returncode, packages.stdout) == (0, ",".join(expected) + "\n")
 
 
 def test_default_bake_prints_the_worked_example(out, capfd):

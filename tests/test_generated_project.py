@@ -8,27 +8,36 @@ from .conftest import bake, run_in
 
 pytestmark = pytest.mark.slow
 
+# Each generated suite includes the crash tests (SIGKILL mid-batch, restart, compare with a batch job)
+# into parquet and delta for both providers, whatever the answers; the last bake runs the quick part.
 REPRESENTATIVE = [
-    pytest.param({}, id="defaults:provider:hdfs-sink:parquet-platform:oss"),
+    pytest.param({}, [], id="defaults:provider:hdfs-source:rate-sink:parquet-platform:oss"),
     pytest.param(
         {
             "state_store_provider": "rocksdb",
-            "sink": "console",
+            "source": "files",
+            "sink": "delta",
             "platform": "databricks",
             "project_name": "Clicks Per User",
         },
-        id="provider:rocksdb-sink:console-platform:databricks",
+        [],
+        id="provider:rocksdb-source:files-sink:delta-platform:databricks",
+    ),
+    pytest.param(
+        {"source": "kafka", "sink": "console"},
+        ["-m", "not streaming"],
+        id="provider:hdfs-source:kafka-sink:console-platform:oss:not-streaming",
     ),
 ]
 
 
-@pytest.mark.parametrize("answers", REPRESENTATIVE)
-def test_generated_tests_and_lint_pass(out, answers):
+@pytest.mark.parametrize(("answers", "selection"), REPRESENTATIVE)
+def test_generated_tests_and_lint_pass(out, answers, selection):
     project = bake(out, **answers)
     lint = run_in(project, "-m", "ruff", "check", ".")
     assert lint.returncode == 0, lint.stdout + lint.stderr
     formatted = run_in(project, "-m", "ruff", "format", "--check", ".")
     assert formatted.returncode == 0, formatted.stdout + formatted.stderr
-    tests = run_in(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", timeout=1200)
+    tests = run_in(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection, timeout=1200)
     assert tests.returncode == 0, tests.stdout[-5000:] + tests.stderr[-3000:]
     assert " passed" in tests.stdout and "failed" not in tests.stdout

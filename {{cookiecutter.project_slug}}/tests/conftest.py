@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
+from {{ cookiecutter.package_name }}.capacity import parse_duration
+from {{ cookiecutter.package_name }}.sample_input import write_sample_files
+from {{ cookiecutter.package_name }}.schema import EVENT_SCHEMA
 from {{ cookiecutter.package_name }}.settings import ENV_PREFIX, Settings, load_settings
+from {{ cookiecutter.package_name }}.transforms import windowed_count
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 PROJECT_SETTINGS = PROJECT_DIR / "settings.yaml"
@@ -24,6 +31,57 @@ def run_python(*args: str, env: dict[str, str] | None = None, timeout: float = 3
     return subprocess.run(
         [sys.executable, *args], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=timeout, env=env
     )
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without the developer's own settings overrides."""
+    return {name: value for name, value in os.environ.items() if not name.upper().startswith(ENV_PREFIX)}
+
+
+def committed_batches(checkpoint: Path | str) -> list[int]:
+    commits = Path(checkpoint) / "commits"
+    return sorted(int(path.name) for path in commits.iterdir() if path.name.isdigit()) if commits.is_dir() else []
+
+
+def files_job(tmp_path: Path, sink: str, provider: str, changelog: bool = False, files: int = 6) -> dict[str, Any]:
+    """Settings changes for a deterministic run: `files` landing files, one per micro-batch, until all are done.
+
+    Each file covers two minutes of event time for 4 keys; with a 1-minute window and watermark the
+    run closes most windows, and a crash or replay has several batches with output to get wrong.
+    """
+    landing = tmp_path / "landing"
+    write_sample_files(landing, files=files, events_per_file=40, keys=4, advance_per_file=timedelta(minutes=2))
+    return {
+        "spark": {"shuffle_partitions": 2, "platform": "oss", "master": "local[2]"},
+        "state_store": {"provider": provider, "changelog_checkpointing": changelog},
+        "source": {"type": "files", "files": {"path": str(landing), "max_files_per_trigger": 1}},
+        "sink": {
+            "type": sink,
+            "output_mode": "append",
+            "path": str(tmp_path / "output"),
+            "delta": {"writer": "deltalake"},
+        },
+        "query": {
+            "name": f"test_{tmp_path.name}",
+            "watermark": "1 minute",
+            "window": "1 minute",
+            "checkpoint_location": str(tmp_path / "checkpoint"),
+            "trigger": "available_now",
+        },
+    }
+
+
+def batch_expectation(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The same computation as a batch job on the same files: every window the final watermark closed.
+
+    An available-now run ends with a batch that moves the watermark to the newest event time less
+    the delay, so its output holds exactly the windows ending at or before that instant.
+    """
+    events = spark.read.schema(EVENT_SCHEMA).json(settings.source.files.path)
+    newest = events.agg(F.max("event_time")).first()[0]
+    watermark = newest - timedelta(seconds=parse_duration(settings.query.watermark))
+    result = windowed_count(events, settings.query.watermark, settings.query.window)
+    return result.where(F.col("window_end") <= F.lit(watermark))
 
 
 @pytest.fixture(scope="session")

@@ -69,8 +69,50 @@ def errors_for(make_settings, changes) -> list[str]:
         ),
         (
             {"sink": {"type": "parquet", "output_mode": "update"}},
-            "output_mode update is not supported by the parquet file sink",
+            "output_mode update is not supported by the parquet sink, which only appends rows",
         ),
+        (
+            {"sink": {"type": "delta", "output_mode": "update"}},
+            "output_mode update is not supported by the delta sink, which only appends rows",
+        ),
+        ({"sink": {"delta": {"writer": "spark"}}}, "sink.delta.writer = 'spark': Input should be 'delta-spark' or"),
+        ({"sink": {"delta": {"version": "latest"}}}, "sink.delta.version = 'latest': String should match pattern"),
+        ({"source": {"type": "socket"}}, "source.type = 'socket': Input should be 'rate', 'files' or 'kafka'"),
+        ({"source": {"files": {"format": "xml"}}}, "source.files.format = 'xml': Input should be 'json', 'csv'"),
+        ({"source": {"files": {"max_files_per_trigger": 0}}}, "source.files.max_files_per_trigger = 0"),
+        (
+            {"source": {"files": {"clean_source": "archive"}}},
+            "source.files: clean_source is archive but archive_dir is null",
+        ),
+        (
+            {"source": {"files": {"archive_dir": "/tmp/archive"}}},
+            "source.files: archive_dir is set but clean_source is off",
+        ),
+        (
+            {"source": {"kafka": {"topic_pattern": "events-.*"}}},
+            "source.kafka: set exactly one of topic and topic_pattern",
+        ),
+        (
+            {"source": {"kafka": {"security_protocol": "SASL_SSL"}}},
+            "source.kafka: security_protocol SASL_SSL needs sasl_mechanism, sasl_username, sasl_password_env",
+        ),
+        (
+            {"source": {"kafka": {"sasl_username": "svc"}}},
+            "source.kafka: sasl_username would be ignored with security_protocol PLAINTEXT",
+        ),
+        (
+            {"source": {"kafka": {"options": {"kafka.ssl.keystore.password": "hunter2"}}}},
+            "kafka.ssl.keystore.password would put a secret in settings.yaml; move it to secret_options",
+        ),
+        (
+            {"source": {"kafka": {"options": {"subscribe": "other"}}}},
+            "subscribe is managed by source.kafka.topic",
+        ),
+        (
+            {"source": {"kafka": {"sasl_password_env": "my password"}}},
+            "source.kafka.sasl_password_env = 'my password': String should match pattern",
+        ),
+        ({"source": {"kafka": {"bootstrap_servers": "a:1, b:2"}}}, "source.kafka.bootstrap_servers = 'a:1, b:2'"),
         ({"sink": {"output_mode": "complete"}}, "sink.output_mode = 'complete': Input should be 'append' or 'update'"),
         (
             {"spark": {"conf": {"spark.sql.shuffle.partitions": "8"}}},
@@ -81,7 +123,7 @@ def errors_for(make_settings, changes) -> list[str]:
             "source.rate.advance_per_batch = '10 microseconds': the rate-micro-batch source advances in whole",
         ),
         (
-            {"query": {"trigger": "available_now"}, "source": {"rate": {"rows_per_batch": None}}},
+            {"query": {"trigger": "available_now"}, "source": {"type": "rate", "rate": {"rows_per_batch": None}}},
             "query.trigger available_now does not work with the clock-driven rate source",
         ),
         (
@@ -100,7 +142,8 @@ def test_checks_across_keys_name_the_section_not_its_whole_content(make_settings
     assert line.startswith("state_store: changelog_checkpointing is true but provider is hdfs")
     assert "min_batches_to_retain" not in line
     (line,) = errors_for(
-        make_settings, {"query": {"trigger": "available_now"}, "source": {"rate": {"rows_per_batch": None}}}
+        make_settings,
+        {"query": {"trigger": "available_now"}, "source": {"type": "rate", "rate": {"rows_per_batch": None}}},
     )
     assert line.startswith("settings: query.trigger available_now does not work")
     assert "checkpoint_location" not in line
@@ -170,6 +213,57 @@ def test_bad_settings_exit_2_with_one_line_per_field_and_no_spark(write_settings
     assert not checkpoint.exists()
 
 
+def test_archive_dir_inside_the_landing_directory(make_settings, tmp_path):
+    (line,) = errors_for(
+        make_settings,
+        {
+            "source": {
+                "files": {
+                    "path": str(tmp_path / "landing"),
+                    "clean_source": "archive",
+                    "archive_dir": str(tmp_path / "landing" / "done"),
+                }
+            }
+        },
+    )
+    assert line.startswith("source.files.archive_dir = ")
+    assert "is inside source.files.path" in line
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"source": {"type": "files", "files": {"path": "no-such-landing"}}},
+            "source.files.path = '{root}/no-such-landing': no such directory; create it (files landing there are"
+            " read in order of arrival) or fix the path",
+        ),
+        (
+            {
+                "source": {
+                    "type": "kafka",
+                    "kafka": {
+                        "security_protocol": "SASL_SSL",
+                        "sasl_mechanism": "PLAIN",
+                        "sasl_username": "svc",
+                        "sasl_password_env": "NO_SUCH_KAFKA_PASSWORD_VARIABLE",
+                    },
+                }
+            },
+            "source.kafka.sasl_password_env = 'NO_SUCH_KAFKA_PASSWORD_VARIABLE': the environment variable"
+            " NO_SUCH_KAFKA_PASSWORD_VARIABLE is not set (or is empty); export it before starting the job",
+        ),
+    ],
+    ids=["missing-landing-directory", "missing-secret"],
+)
+def test_what_a_run_needs_is_checked_before_spark_starts(write_settings, tmp_path, changes, expected):
+    changes = {**changes, "query": {"checkpoint_location": str(tmp_path / "checkpoint")}}
+    result = run_python("main.py", "--settings", str(write_settings(changes)))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"settings error: {expected.format(root=tmp_path)}"]
+    assert not (tmp_path / "checkpoint").exists()
+
+
 def test_bad_flag_exits_2(tmp_path):
     result = run_python("main.py", "--max-batches", "0")
     assert result.returncode == 2
@@ -177,7 +271,7 @@ def test_bad_flag_exits_2(tmp_path):
 
 
 def test_missing_java_is_a_sentence(write_settings, tmp_path):
-    path = write_settings({"query": {"checkpoint_location": str(tmp_path / "cp")}})
+    path = write_settings({"source": {"type": "rate"}, "query": {"checkpoint_location": str(tmp_path / "cp")}})
     env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}  # no java, no JAVA_HOME
     result = run_python("main.py", "--settings", str(path), env=env)
     assert result.returncode == 3

@@ -20,10 +20,11 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from {{ cookiecutter.package_name }}.job import run_query
+from {{ cookiecutter.package_name }}.output import read_output
+from {{ cookiecutter.package_name }}.schema import EVENT_SCHEMA
 from {{ cookiecutter.package_name }}.session import PROVIDER_CLASSES, apply_confs
-from {{ cookiecutter.package_name }}.settings import ENV_PREFIX
 
-from .conftest import PROJECT_DIR, run_python
+from .conftest import PROJECT_DIR, batch_expectation, clean_env, committed_batches, files_job, run_python
 
 pytestmark = pytest.mark.streaming
 
@@ -41,13 +42,14 @@ def stream_changes(tmp_path: Path, store: dict) -> dict:
         "spark": {"shuffle_partitions": 2, "platform": "oss"},
         "state_store": store,
         "source": {
+            "type": "rate",
             "rate": {
                 "rows_per_batch": ROWS_PER_BATCH,
                 "advance_per_batch": "1 minute",
                 "start_timestamp_ms": 0,
                 "keys": KEYS,
                 "num_partitions": 1,
-            }
+            },
         },
         "sink": {"type": "parquet", "output_mode": "append", "path": str(tmp_path / "output")},
         "query": {
@@ -60,13 +62,8 @@ def stream_changes(tmp_path: Path, store: dict) -> dict:
     }
 
 
-def clean_env() -> dict[str, str]:
-    """This environment without the developer's own settings overrides."""
-    return {name: value for name, value in os.environ.items() if not name.upper().startswith(ENV_PREFIX)}
-
-
 def last_committed_batch(checkpoint: Path) -> int:
-    return max(int(path.name) for path in (checkpoint / "commits").iterdir() if path.name.isdigit())
+    return committed_batches(checkpoint)[-1]
 
 
 def expected_rows(spark, last_batch: int):
@@ -120,7 +117,9 @@ def test_spark_submit_main_py(spark, write_settings, tmp_path):
         env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "on local[2], state store rocksdb with changelog checkpointing, 2 shuffle partitions" in result.stdout
+    assert "on local[2], rate -> parquet, state store rocksdb with changelog checkpointing, 2 shuffle partitions" in (
+        result.stdout
+    )
     progress = [line for line in result.stdout.splitlines() if line.startswith("batch ")]
     assert len(progress) >= 5
     assert progress[0].startswith(f"batch 0: {ROWS_PER_BATCH} input rows")
@@ -137,7 +136,77 @@ def test_python_main_py_uses_the_settings_master_and_console_sink(write_settings
     path = write_settings(changes)
     result = run_python("main.py", "--settings", str(path), "--max-batches", "2", env=clean_env())
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "on local[1], state store hdfs, 2 shuffle partitions" in result.stdout
+    assert "on local[1], rate -> console, state store hdfs, 2 shuffle partitions" in result.stdout
     # update mode prints every changed window: batch 0 holds minute 0 with 4 events per key.
     assert "|1970-01-01 00:00:00|1970-01-01 00:01:00|key-0|4     |" in result.stdout
     assert last_committed_batch(tmp_path / "checkpoint") >= 1
+
+
+@pytest.mark.parametrize("provider", ["hdfs", "rocksdb"])
+@pytest.mark.parametrize("sink", ["parquet", "delta"])
+def test_files_source_replayed_batch_is_written_once(spark, make_settings, tmp_path, sink, provider):
+    """A crash after the sink wrote a batch but before Spark committed it: the restart replays the batch.
+
+    Removing the batch's commit file leaves the checkpoint exactly as that crash would. The parquet
+    sink finds the batch in its _spark_metadata log, the deltalake writer finds its transaction
+    in the table, and neither writes it again.
+    """
+    settings = make_settings(files_job(tmp_path, sink, provider, files=5))
+    apply_confs(spark, settings)
+    checkpoint = Path(settings.query.checkpoint_location)
+
+    assert run_query(spark, settings).exception() is None
+    expected = batch_expectation(spark, settings)
+    assertDataFrameEqual(read_output(spark, settings.sink), expected)
+    # Five files in five batches, then the batch that moves the watermark past the last windows.
+    assert committed_batches(checkpoint) == [0, 1, 2, 3, 4, 5]
+    # Events up to 9:57, so the final watermark is 8:57: windows 0..7, 4 keys each.
+    assert expected.count() == 8 * 4
+
+    (checkpoint / "commits" / "5").unlink()
+    (checkpoint / "commits" / ".5.crc").unlink(missing_ok=True)
+    assert run_query(spark, settings).exception() is None
+    assert committed_batches(checkpoint) == [0, 1, 2, 3, 4, 5]  # batch 5 ran again and committed
+    assertDataFrameEqual(read_output(spark, settings.sink), expected)
+
+
+def test_files_source_archives_committed_files(spark, make_settings, tmp_path):
+    changes = files_job(tmp_path, "parquet", "hdfs", files=3)
+    archive = tmp_path / "archive"
+    changes["source"]["files"] |= {"clean_source": "archive", "archive_dir": str(archive)}
+    settings = make_settings(changes)
+    apply_confs(spark, settings)
+    landing = Path(settings.source.files.path)
+    names = sorted(path.name for path in landing.iterdir())
+    expected = batch_expectation(spark, settings).collect()  # read now: the run moves the files away
+
+    assert run_query(spark, settings).exception() is None
+    assertDataFrameEqual(read_output(spark, settings.sink), expected)
+    assert len(expected) == 4 * 4  # events up to 5:57, watermark 4:57: windows 0..3, 4 keys
+    # Spark moves each committed file under the archive directory, keeping its full path.
+    assert sorted(path.name for path in landing.iterdir()) == []
+    assert sorted(path.name for path in (archive / landing.relative_to("/")).iterdir()) == names
+
+
+@pytest.mark.parametrize("file_format", ["csv", "parquet"])
+def test_files_source_reads_csv_and_parquet(spark, make_settings, tmp_path, file_format):
+    changes = files_job(tmp_path, "parquet", "hdfs", files=3)
+    json_settings = make_settings(changes)
+    landing = tmp_path / f"landing-{file_format}"
+    landing.mkdir()
+    # The same events as the JSON files, one file for each, arriving in the same order.
+    for index, json_file in enumerate(sorted(Path(json_settings.source.files.path).iterdir())):
+        staging = tmp_path / f"staging-{index}"
+        events = spark.read.schema(EVENT_SCHEMA).json(str(json_file)).coalesce(1)
+        events.write.format(file_format).option("header", "true").save(str(staging))
+        (part,) = [path for path in staging.iterdir() if path.name.startswith("part-")]
+        target = part.rename(landing / f"events-{index:05d}.{file_format}")
+        os.utime(target, (1_000_000 + index, 1_000_000 + index))
+    changes["source"]["files"] |= {"path": str(landing), "format": file_format}
+    settings = make_settings(changes)
+    apply_confs(spark, settings)
+
+    assert run_query(spark, settings).exception() is None
+    expected = batch_expectation(spark, json_settings)
+    assert expected.count() == 4 * 4  # events up to 5:57, watermark 4:57: windows 0..3, 4 keys
+    assertDataFrameEqual(read_output(spark, settings.sink), expected)

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from pyspark.testing import assertDataFrameEqual
 
+from {{ cookiecutter.package_name }}.schema import EVENT_COLUMNS, EVENT_SCHEMA
 from {{ cookiecutter.package_name }}.transforms import events_from_rate, windowed_count
 
 
@@ -18,10 +19,16 @@ def test_events_from_rate(spark):
         [(ts(0), 0), (ts(0, 1), 1), (ts(0, 2), 2), (ts(0, 3), 3)], "timestamp timestamp, value long"
     )
     expected = spark.createDataFrame(
-        [(ts(0), "key-0"), (ts(0, 1), "key-1"), (ts(0, 2), "key-2"), (ts(0, 3), "key-0")],
-        "event_time timestamp, key string",
+        [
+            ("rate-0", "key-0", ts(0)),
+            ("rate-1", "key-1", ts(0, 1)),
+            ("rate-2", "key-2", ts(0, 2)),
+            ("rate-3", "key-0", ts(0, 3)),
+        ],
+        EVENT_SCHEMA,
     )
     assertDataFrameEqual(events_from_rate(rate, keys=3), expected)
+    assert tuple(events_from_rate(rate, keys=3).columns) == EVENT_COLUMNS
 
 
 def test_windowed_count(spark):

@@ -1,6 +1,7 @@
 """Command line: run the job, size the state, look at the output.
 
-Exit codes: 0 done, 1 the query failed, 2 bad settings or arguments, 3 no usable Java.
+Exit codes: 0 done, 1 the query failed, 2 bad settings or arguments, 3 something the job needs is
+missing from this machine (Java, a connector JAR, the deltalake package).
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import sys
 from pathlib import Path
 
 from . import capacity
+from .connectors import ConnectorError, packages
+from .delta_writer import MissingPackageError, require_deltalake
 from .java import JavaError
 from .settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_settings
 
 EXIT_QUERY_FAILED = 1
 EXIT_BAD_INPUT = 2
-EXIT_NO_JAVA = 3
+EXIT_MISSING_DEPENDENCY = 3
 
 
 def positive_int(text: str) -> int:
@@ -64,7 +67,27 @@ def parser() -> argparse.ArgumentParser:
     estimate.add_argument("--growth", type=positive_float, help="growth factor, 1 or more")
     estimate.add_argument("--json", action="store_true", help="print JSON instead of the report")
 
-    show = commands.add_parser("show-output", help="print what the parquet sink has written")
+    needed = commands.add_parser(
+        "packages", help="print the --packages coordinates spark-submit needs for these settings (may be empty)"
+    )
+    needed.add_argument(
+        "--settings", type=Path, default=DEFAULT_SETTINGS_FILE, help="settings file (default: %(default)s)"
+    )
+
+    sample = commands.add_parser(
+        "sample-input", help="write deterministic JSON event files into source.files.path (for the files source)"
+    )
+    sample.add_argument(
+        "--settings", type=Path, default=DEFAULT_SETTINGS_FILE, help="settings file (default: %(default)s)"
+    )
+    sample.add_argument("--files", type=positive_int, default=6, help="files to add (default: %(default)s)")
+    sample.add_argument("--events-per-file", type=positive_int, default=1000, help="(default: %(default)s)")
+    sample.add_argument("--keys", type=positive_int, default=100, help="distinct keys (default: %(default)s)")
+    sample.add_argument(
+        "--advance", help="event time covered by each file (default: query.watermark, so windows close quickly)"
+    )
+
+    show = commands.add_parser("show-output", help="print what the parquet or delta sink has written")
     show.add_argument(
         "--settings", type=Path, default=DEFAULT_SETTINGS_FILE, help="settings file (default: %(default)s)"
     )
@@ -79,6 +102,11 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_estimate(args)
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "sample-input":
+            return cmd_sample_input(args)
+        if args.command == "packages":
+            print(packages(load_settings(args.settings)))
+            return 0
         return cmd_show_output(args)
     except SettingsError as error:
         for line in error.lines:
@@ -86,7 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except JavaError as error:
         print(f"java error: {error}", file=sys.stderr)
-        return EXIT_NO_JAVA
+        return EXIT_MISSING_DEPENDENCY
+    except ConnectorError as error:
+        print(f"connector error: {error}", file=sys.stderr)
+        return EXIT_MISSING_DEPENDENCY
+    except MissingPackageError as error:
+        print(f"package error: {error}", file=sys.stderr)
+        return EXIT_MISSING_DEPENDENCY
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -120,15 +154,22 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
+    problems = settings.problems_before_run()
+    if problems:
+        raise SettingsError(problems)
+    if settings.sink.type == "delta" and settings.sink.delta.writer == "deltalake":
+        require_deltalake()
     # Spark is imported only now, so that bad input never starts a JVM.
     from pyspark.errors import StreamingQueryException
 
+    from .connectors import require_connectors
     from .job import run_query
     from .session import build_session
 
     spark = build_session(settings)
     print(startup_line(settings, spark.version, spark.sparkContext.master), flush=True)
     try:
+        require_connectors(spark, settings)
         run_query(spark, settings, args.max_batches, args.timeout)
     except StreamingQueryException as error:
         print(f"query {settings.query.name} failed: {_first_line(str(error))}", file=sys.stderr)
@@ -142,25 +183,49 @@ def cmd_run(args: argparse.Namespace) -> int:
 def startup_line(settings: Settings, spark_version: str, master: str) -> str:
     store = settings.state_store
     changelog = " with changelog checkpointing" if store.changelog_checkpointing else ""
+    writer = f" ({settings.sink.delta.writer})" if settings.sink.type == "delta" else ""
     return (
-        f"{settings.query.name}: Spark {spark_version} on {master}, state store {store.provider}{changelog},"
-        f" {settings.spark.shuffle_partitions} shuffle partitions, checkpoint {settings.query.checkpoint_location}"
+        f"{settings.query.name}: Spark {spark_version} on {master}, {settings.source.type} -> {settings.sink.type}"
+        f"{writer}, state store {store.provider}{changelog}, {settings.spark.shuffle_partitions} shuffle partitions,"
+        f" checkpoint {settings.query.checkpoint_location}"
     )
+
+
+def cmd_sample_input(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from .sample_input import write_sample_files
+
+    settings = load_settings(args.settings)
+    advance = args.advance or settings.query.watermark
+    try:
+        seconds = capacity.parse_duration(advance)
+    except ValueError as error:
+        print(f"sample-input error: --advance {advance!r}: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    directory = settings.source.files.path
+    written = write_sample_files(directory, args.files, args.events_per_file, args.keys, timedelta(seconds=seconds))
+    print(f"wrote {len(written)} files of {args.events_per_file} events ({args.keys} keys) to {directory}")
+    return 0
 
 
 def cmd_show_output(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
-    if settings.sink.type != "parquet":
-        print(f"show-output reads the parquet sink; this project's sink is {settings.sink.type}", file=sys.stderr)
+    if settings.sink.type not in ("parquet", "delta"):
+        print(
+            f"show-output reads the parquet or delta sink; this project's sink is {settings.sink.type}", file=sys.stderr
+        )
         return EXIT_BAD_INPUT
     if not Path(settings.sink.path).is_dir():
         print(f"no output yet at {settings.sink.path}; run the job first")
         return 0
+    from .output import read_output
     from .session import build_session
 
-    spark = build_session(settings)
+    # Reading needs no connector: a Delta table is read with the deltalake package.
+    spark = build_session(settings, with_connectors=False)
     try:
-        output = spark.read.parquet(settings.sink.path)
+        output = read_output(spark, settings.sink)
         print(f"{output.count():,} rows in {settings.sink.path}")
         output.orderBy(*output.columns).show(args.limit, truncate=False)
     finally:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
+from .connectors import DELTA_CATALOG, DELTA_EXTENSION, fetch_failed, packages
 from .java import launched_by_spark_submit, require_java
 from .settings import Settings
 
@@ -49,20 +51,46 @@ def spark_confs(settings: Settings) -> dict[str, str]:
     return confs
 
 
+def static_confs(settings: Settings, submitted: bool) -> dict[str, str]:
+    """Confs that only take effect when the session starts: connector JARs and the Delta extensions."""
+    confs = {}
+    if settings.sink.type == "delta" and settings.sink.delta.writer == "delta-spark":
+        confs["spark.sql.extensions"] = _joined(settings.spark.conf.get("spark.sql.extensions"), DELTA_EXTENSION)
+        confs["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
+    # Under spark-submit the JVM runs already: its --packages decide, and require_connectors checks.
+    needed = packages(settings)
+    if needed and settings.spark.fetch_packages and not submitted:
+        confs["spark.jars.packages"] = _joined(settings.spark.conf.get("spark.jars.packages"), needed)
+    return confs
+
+
+def _joined(existing: object, addition: str) -> str:
+    items = [item for item in str(existing or "").split(",") if item]
+    return ",".join(items + [item for item in addition.split(",") if item not in items])
+
+
 def _text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def build_session(settings: Settings) -> SparkSession:
-    """The job's SparkSession, configured from settings."""
+def build_session(settings: Settings, with_connectors: bool = True) -> SparkSession:
+    """The job's SparkSession, configured from settings (without connector JARs for reading output)."""
     require_java()
     builder = SparkSession.builder.appName(settings.spark.app_name)
     # spark-submit always decides the master (its default is local[*]); settings apply to `python main.py`.
     if not launched_by_spark_submit():
         builder = builder.master(settings.spark.master)
-    for key, value in spark_confs(settings).items():
+    confs = spark_confs(settings)
+    if with_connectors:
+        confs.update(static_confs(settings, launched_by_spark_submit()))
+    for key, value in confs.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    try:
+        return builder.getOrCreate()
+    except PySparkRuntimeError as error:
+        if "spark.jars.packages" in confs and error.getCondition() == "JAVA_GATEWAY_EXITED":
+            raise fetch_failed(confs["spark.jars.packages"]) from None
+        raise
 
 
 def apply_confs(spark: SparkSession, settings: Settings) -> None:

@@ -61,6 +61,7 @@ class SparkSettings(Section):
     conf: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="a mapping of Spark conf names to values"
     )
+    fetch_packages: bool = Field(True, description="true or false")
 
     @field_validator("conf")
     @classmethod
@@ -116,25 +117,144 @@ class RateSourceSettings(Section):
         return value
 
 
+OnBadRecord = Literal["fail", "drop"]
+ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class FilesSourceSettings(Section):
+    path: str = Field("landing/{{ cookiecutter.package_name }}", min_length=1, description="the landing directory")
+    format: Literal["json", "csv", "parquet"] = Field("json", description="json, csv or parquet")
+    max_files_per_trigger: int | None = Field(
+        1000, gt=0, description="a whole number of files per micro-batch greater than zero, or null for all"
+    )
+    clean_source: Literal["off", "archive", "delete"] = Field("off", description="off, archive or delete")
+    archive_dir: str | None = Field(None, min_length=1, description="a directory outside path, or null")
+    csv_header: bool = Field(True, description="true or false")
+    on_bad_record: OnBadRecord = Field("fail", description="fail or drop")
+
+    @field_validator("clean_source", mode="before")
+    @classmethod
+    def _unquoted_off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML reads an unquoted off as false
+
+    @model_validator(mode="after")
+    def _archive_dir_with_archive(self) -> FilesSourceSettings:
+        if self.clean_source == "archive" and self.archive_dir is None:
+            raise ValueError("clean_source is archive but archive_dir is null; set archive_dir to a directory")
+        if self.clean_source != "archive" and self.archive_dir is not None:
+            raise ValueError(
+                f"archive_dir is set but clean_source is {self.clean_source}; set clean_source to archive,"
+                " or archive_dir to null"
+            )
+        return self
+
+
+class KafkaSourceSettings(Section):
+    bootstrap_servers: str = Field(
+        "localhost:9092", pattern=r"^[^\s,]+(,[^\s,]+)*$", description="host:port[,host:port...]"
+    )
+    topic: str | None = Field("events", min_length=1, description="a topic name (or several, comma separated)")
+    topic_pattern: str | None = Field(None, min_length=1, description="a Java regular expression, or null")
+    starting_offsets: Literal["earliest", "latest"] = Field("earliest", description="earliest or latest")
+    max_offsets_per_trigger: int | None = Field(
+        None, gt=0, description="a whole number of records per micro-batch greater than zero, or null"
+    )
+    fail_on_data_loss: bool = Field(True, description="true or false")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        None, description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, or null"
+    )
+    sasl_username: str | None = Field(None, min_length=1, description="the SASL user name, or null")
+    sasl_password_env: str | None = Field(
+        None, pattern=ENV_VAR_NAME, description="the NAME of the environment variable holding the password"
+    )
+    options: dict[str, str] = Field(default_factory=dict, description="a mapping of extra Kafka source options")
+    # Options whose values are secrets: option name -> NAME of the environment variable holding the value.
+    secret_options: dict[str, Annotated[str, Field(pattern=ENV_VAR_NAME)]] = Field(
+        default_factory=dict, description="a mapping of option names to environment variable NAMES"
+    )
+    on_bad_record: OnBadRecord = Field("fail", description="fail or drop")
+
+    @field_validator("options")
+    @classmethod
+    def _no_secrets_or_managed_options(cls, options: dict[str, str]) -> dict[str, str]:
+        for key in options:
+            lowered = key.lower()
+            if any(word in lowered for word in ("password", "jaas", "secret")):
+                raise ValueError(
+                    f"{key} would put a secret in settings.yaml; move it to secret_options, which names"
+                    " the environment variable holding the value"
+                )
+            if lowered in MANAGED_KAFKA_OPTIONS:
+                raise ValueError(f"{key} is managed by source.kafka.{MANAGED_KAFKA_OPTIONS[lowered]}; set it there")
+        return options
+
+    @model_validator(mode="after")
+    def _one_subscription_and_complete_sasl(self) -> KafkaSourceSettings:
+        if (self.topic is None) == (self.topic_pattern is None):
+            raise ValueError("set exactly one of topic and topic_pattern (the other to null)")
+        sasl = {
+            "sasl_mechanism": self.sasl_mechanism,
+            "sasl_username": self.sasl_username,
+            "sasl_password_env": self.sasl_password_env,
+        }
+        if self.security_protocol.startswith("SASL_"):
+            missing = [name for name, value in sasl.items() if value is None]
+            if missing:
+                raise ValueError(f"security_protocol {self.security_protocol} needs {', '.join(missing)}; set them")
+        else:
+            ignored = [name for name, value in sasl.items() if value is not None]
+            if ignored:
+                raise ValueError(
+                    f"{', '.join(ignored)} would be ignored with security_protocol {self.security_protocol};"
+                    " use SASL_SSL (or SASL_PLAINTEXT), or set them to null"
+                )
+        return self
+
+
+# Kafka source options that the fields above build; options may not set them behind their back.
+MANAGED_KAFKA_OPTIONS = {
+    "kafka.bootstrap.servers": "bootstrap_servers",
+    "subscribe": "topic",
+    "subscribepattern": "topic_pattern",
+    "startingoffsets": "starting_offsets",
+    "maxoffsetspertrigger": "max_offsets_per_trigger",
+    "failondataloss": "fail_on_data_loss",
+    "kafka.security.protocol": "security_protocol",
+    "kafka.sasl.mechanism": "sasl_mechanism",
+}
+
+
 class SourceSettings(Section):
-    type: Literal["rate"] = Field("rate", description="rate")
+    type: Literal["rate", "files", "kafka"] = Field("rate", description="rate, files or kafka")
     rate: RateSourceSettings = Field(default_factory=RateSourceSettings)
+    files: FilesSourceSettings = Field(default_factory=FilesSourceSettings)
+    kafka: KafkaSourceSettings = Field(default_factory=KafkaSourceSettings)
+
+
+class DeltaSinkSettings(Section):
+    writer: Literal["delta-spark", "deltalake"] = Field("delta-spark", description="delta-spark or deltalake")
+    # The Delta Lake (JVM) release fetched for delta-spark; it must be built for this Spark minor version.
+    version: str = Field("4.4.1", pattern=r"^\d+\.\d+\.\d+$", description="a Delta Lake release such as 4.4.1")
 
 
 class SinkSettings(Section):
-    type: Literal["parquet", "console"] = Field(description="parquet or console")
+    type: Literal["parquet", "delta", "console"] = Field(description="parquet, delta or console")
     output_mode: Literal["append", "update"] = Field(
         "append", description="append or update (complete would keep every window's state forever)"
     )
     path: str = Field("output/{{ cookiecutter.package_name }}", min_length=1, description="an output directory")
     console_rows: int = Field(20, gt=0, description="rows to print per batch, greater than zero")
+    delta: DeltaSinkSettings = Field(default_factory=DeltaSinkSettings)
 
     @model_validator(mode="after")
     def _mode_fits_sink(self) -> SinkSettings:
-        if self.type == "parquet" and self.output_mode != "append":
+        if self.type in ("parquet", "delta") and self.output_mode != "append":
             raise ValueError(
-                f"output_mode {self.output_mode} is not supported by the parquet file sink, which only"
-                " appends; use output_mode append (or the console sink for update)"
+                f"output_mode {self.output_mode} is not supported by the {self.type} sink, which only"
+                " appends rows; use output_mode append (or the console sink for update)"
             )
         return self
 
@@ -173,12 +293,34 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _trigger_fits_source(self) -> Settings:
-        if self.query.trigger == "available_now" and self.source.rate.rows_per_batch is None:
+        rate_by_clock = self.source.type == "rate" and self.source.rate.rows_per_batch is None
+        if self.query.trigger == "available_now" and rate_by_clock:
             raise ValueError(
                 "query.trigger available_now does not work with the clock-driven rate source (Spark runs one"
                 " empty batch); set source.rate.rows_per_batch, or use an interval such as '10 seconds'"
             )
         return self
+
+    def problems_before_run(self) -> list[str]:
+        """What a run needs beyond valid settings: a landing directory that exists, secrets that are set."""
+        files = self.source.files
+        if self.source.type == "files" and "://" not in files.path and not Path(files.path).is_dir():
+            return [
+                f"source.files.path = {files.path!r}: no such directory; create it (files landing there are"
+                " read in order of arrival) or fix the path"
+            ]
+        if self.source.type != "kafka":
+            return []
+        kafka = self.source.kafka
+        needed = {f"source.kafka.secret_options.{key}": name for key, name in kafka.secret_options.items()}
+        if kafka.sasl_password_env is not None:
+            needed["source.kafka.sasl_password_env"] = kafka.sasl_password_env
+        return [
+            f"{field} = {name!r}: the environment variable {name} is not set (or is empty);"
+            " export it before starting the job"
+            for field, name in needed.items()
+            if not os.environ.get(name)
+        ]
 
     def sizing(self) -> capacity.Estimate:
         """The capacity estimate for these settings."""
@@ -243,7 +385,18 @@ def _resolve_paths(settings: Settings, base: Path) -> Settings:
         )
     query = settings.query.model_copy(update={"checkpoint_location": checkpoint})
     sink = settings.sink.model_copy(update={"path": absolute(settings.sink.path)})
-    return settings.model_copy(update={"query": query, "sink": sink})
+    files = settings.source.files
+    archive = None if files.archive_dir is None else absolute(files.archive_dir)
+    files = files.model_copy(update={"path": absolute(files.path), "archive_dir": archive})
+    if archive and "://" not in archive and Path(archive).is_relative_to(files.path):
+        raise SettingsError(
+            [
+                f"source.files.archive_dir = {archive!r}: is inside source.files.path {files.path!r}, where the"
+                " source would read its own archive; choose a directory outside it"
+            ]
+        )
+    source = settings.source.model_copy(update={"files": files})
+    return settings.model_copy(update={"query": query, "sink": sink, "source": source})
 
 
 def describe_errors(error: ValidationError, path: Path) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from .delta_writer import DeltaLakeBatchWriter
 from .settings import QuerySettings, SinkSettings
 
 
@@ -18,6 +19,14 @@ def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings) -> 
     if sink.type == "parquet":
         # The file sink is exactly-once: a batch's files count only once its _spark_metadata entry is written.
         return writer.format("parquet").option("path", sink.path).start()
+    if sink.type == "delta" and sink.delta.writer == "delta-spark":
+        # The JVM Delta sink records (query id, batch id) in each commit and skips a replayed batch.
+        return writer.format("delta").option("path", sink.path).start()
+    if sink.type == "delta":
+        batch_writer = DeltaLakeBatchWriter(sink.path)
+        started = writer.foreachBatch(batch_writer).start()
+        batch_writer.bind(started.id)
+        return started
     return writer.format("console").option("numRows", sink.console_rows).option("truncate", "false").start()
 
 

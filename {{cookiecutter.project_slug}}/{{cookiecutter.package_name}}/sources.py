@@ -1,16 +1,30 @@
-"""Streaming sources, mapped to the event schema of transforms.EVENT_COLUMNS."""
+"""Streaming sources, each mapped to the declared event schema (schema.EVENT_SCHEMA)."""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
 from .capacity import parse_duration
-from .settings import RateSourceSettings, SourceSettings
-from .transforms import events_from_rate
+from .schema import EVENT_COLUMNS, EVENT_SCHEMA
+from .settings import FilesSourceSettings, KafkaSourceSettings, RateSourceSettings, SourceSettings
+from .transforms import events_from_json, events_from_rate
+
+JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
 
 
 def read_events(spark: SparkSession, source: SourceSettings) -> DataFrame:
     """The configured source as a stream of events."""
+    if source.type == "files":
+        return read_files(spark, source.files)
+    if source.type == "kafka":
+        return read_kafka(spark, source.kafka)
     return read_rate(spark, source.rate)
 
 
@@ -27,3 +41,62 @@ def read_rate(spark: SparkSession, rate: RateSourceSettings) -> DataFrame:
     if rate.num_partitions is not None:
         reader = reader.option("numPartitions", rate.num_partitions)
     return events_from_rate(reader.load(), rate.keys)
+
+
+def files_options(files: FilesSourceSettings) -> dict[str, str]:
+    """The file source options the settings build (pure, so tests can check them)."""
+    # Oldest files first: newest-first would let old files arrive after the watermark passed them.
+    options = {"latestFirst": "false"}
+    if files.max_files_per_trigger is not None:
+        options["maxFilesPerTrigger"] = str(files.max_files_per_trigger)
+    if files.clean_source != "off":
+        options["cleanSource"] = files.clean_source
+    if files.archive_dir is not None:
+        options["sourceArchiveDir"] = files.archive_dir
+    if files.format in ("json", "csv"):
+        options["mode"] = "FAILFAST" if files.on_bad_record == "fail" else "DROPMALFORMED"
+    if files.format == "csv":
+        options["header"] = str(files.csv_header).lower()
+    return options
+
+
+def read_files(spark: SparkSession, files: FilesSourceSettings) -> DataFrame:
+    """Files landing in a directory, parsed with the declared schema (never inferred)."""
+    reader = spark.readStream.format(files.format).schema(EVENT_SCHEMA).options(**files_options(files))
+    return reader.load(files.path).select(*EVENT_COLUMNS)
+
+
+def kafka_options(kafka: KafkaSourceSettings, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The Kafka source options the settings build; secrets come from the environment variables named."""
+    options = {
+        "kafka.bootstrap.servers": kafka.bootstrap_servers,
+        "startingOffsets": kafka.starting_offsets,
+        "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
+        "kafka.security.protocol": kafka.security_protocol,
+    }
+    if kafka.topic is not None:
+        options["subscribe"] = kafka.topic
+    else:
+        options["subscribePattern"] = str(kafka.topic_pattern)
+    if kafka.max_offsets_per_trigger is not None:
+        options["maxOffsetsPerTrigger"] = str(kafka.max_offsets_per_trigger)
+    if kafka.sasl_mechanism is not None:
+        options["kafka.sasl.mechanism"] = kafka.sasl_mechanism
+        password = environ[str(kafka.sasl_password_env)]
+        options["kafka.sasl.jaas.config"] = (
+            f'{JAAS_MODULES[kafka.sasl_mechanism]} required username="{_jaas_quote(str(kafka.sasl_username))}"'
+            f' password="{_jaas_quote(password)}";'
+        )
+    options.update(kafka.options)
+    options.update({key: environ[name] for key, name in kafka.secret_options.items()})
+    return options
+
+
+def _jaas_quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def read_kafka(spark: SparkSession, kafka: KafkaSourceSettings) -> DataFrame:
+    """Kafka records whose value is a JSON event (the Spark Kafka connector must be on the classpath)."""
+    raw = spark.readStream.format("kafka").options(**kafka_options(kafka)).load()
+    return events_from_json(raw, "value", EVENT_SCHEMA, kafka.on_bad_record)

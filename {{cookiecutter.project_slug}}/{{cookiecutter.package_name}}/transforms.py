@@ -4,17 +4,31 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
-# The event schema every source is mapped to, and the transforms read.
-EVENT_COLUMNS = ("event_time", "key")
+from .schema import EVENT_COLUMNS
 
 
 def events_from_rate(rate: DataFrame, keys: int) -> DataFrame:
     """Rate source rows (timestamp, value) -> events spread over `keys` distinct keys."""
     return rate.select(
-        F.col("timestamp").alias("event_time"),
+        F.format_string("rate-%d", F.col("value")).alias("event_id"),
         F.format_string("key-%d", F.col("value") % keys).alias("key"),
+        F.col("timestamp").alias("event_time"),
     )
+
+
+def events_from_json(raw: DataFrame, column: str, schema: StructType, on_bad_record: str) -> DataFrame:
+    """A column of JSON text (a Kafka message value) -> events, parsed with the declared schema.
+
+    on_bad_record "fail" stops the query at the first record that is not JSON; "drop" skips it.
+    """
+    mode = "FAILFAST" if on_bad_record == "fail" else "PERMISSIVE"
+    parsed = raw.select(F.from_json(F.col(column).cast("string"), schema, {"mode": mode}).alias("event"))
+    if on_bad_record == "drop":
+        # PERMISSIVE turns a malformed record into a null struct (or all-null fields).
+        parsed = parsed.where(F.col("event").isNotNull() & F.col("event.event_time").isNotNull())
+    return parsed.select(*(F.col(f"event.{name}").alias(name) for name in EVENT_COLUMNS))
 
 
 def windowed_count(events: DataFrame, watermark: str, window: str) -> DataFrame:

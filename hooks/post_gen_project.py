@@ -88,6 +88,7 @@ def main() -> int:
             state_bytes_per_row=int(ANSWERS["state_bytes_per_row"]),
             shuffle_partitions=int(ANSWERS["shuffle_partitions"]),
             growth_factor=float(ANSWERS["state_growth_factor"]),
+            operator=ANSWERS["stateful_operator"],
         )
     except capacity.DurationError as error:
         return refuse(f"watermark {error}.")

@@ -28,6 +28,24 @@ COMBINATIONS = [
     for source in [SOURCES[(p + s) % len(SOURCES)]]
     for platform in ("oss", "databricks")
 ]
+OPERATORS = ("windowed_aggregation", "deduplication")
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
+@pytest.mark.parametrize("provider", ["hdfs", "rocksdb"])
+def test_every_operator_bakes_for_both_providers(out, capfd, operator, provider):
+    project = bake(out, stateful_operator=operator, state_store_provider=provider)
+    settings = settings_of(project)
+    assert (settings["query"]["operator"], settings["state_store"]["provider"]) == (operator, provider)
+    captured = capfd.readouterr()
+    assert f"operator       = {operator}: " in captured.out + captured.err
+    readme = (project / "README.md").read_text()
+    assert ("job that drops repeated events" in readme) is (operator == "deduplication")
+    assert ("job that counts events per key" in readme) is (operator == "windowed_aggregation")
+    result = run_in(project, "-m", "stream_job", "estimate", "--json")
+    assert (result.returncode, json.loads(result.stdout)["operator"]) == (0, operator)
+
+
 # What `python -m <package> packages` must print for each answer: the JVM connectors spark-submit needs.
 SPARK_VERSION = __import__("pyspark").__version__
 EXPECTED_PACKAGES = {

@@ -9,7 +9,7 @@ from .conftest import bake, run_in
 pytestmark = pytest.mark.slow
 
 # Each generated suite includes the crash tests (SIGKILL mid-batch, restart, compare with a batch job)
-# into parquet and delta for both providers, whatever the answers; the last bake runs the quick part.
+# into parquet and delta for both providers, on the project's own operator.
 REPRESENTATIVE = [
     pytest.param({}, [], id="defaults:provider:hdfs-source:rate-sink:parquet-platform:oss"),
     pytest.param(
@@ -24,9 +24,9 @@ REPRESENTATIVE = [
         id="provider:rocksdb-source:files-sink:delta-platform:databricks",
     ),
     pytest.param(
-        {"source": "kafka", "sink": "console"},
-        ["-m", "not streaming"],
-        id="provider:hdfs-source:kafka-sink:console-platform:oss:not-streaming",
+        {"source": "kafka", "sink": "console", "stateful_operator": "deduplication"},
+        [],
+        id="operator:deduplication-provider:hdfs-source:kafka-sink:console-platform:oss",
     ),
 ]
 

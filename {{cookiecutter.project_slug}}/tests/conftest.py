@@ -17,10 +17,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from {{ cookiecutter.package_name }}.capacity import parse_duration
+from {{ cookiecutter.package_name }}.job import apply_operator
 from {{ cookiecutter.package_name }}.sample_input import write_sample_files
 from {{ cookiecutter.package_name }}.schema import EVENT_SCHEMA
 from {{ cookiecutter.package_name }}.settings import ENV_PREFIX, Settings, load_settings
-from {{ cookiecutter.package_name }}.transforms import windowed_count
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 PROJECT_SETTINGS = PROJECT_DIR / "settings.yaml"
@@ -72,16 +72,28 @@ def files_job(tmp_path: Path, sink: str, provider: str, changelog: bool = False,
 
 
 def batch_expectation(spark: SparkSession, settings: Settings) -> DataFrame:
-    """The same computation as a batch job on the same files: every window the final watermark closed.
+    """The same computation as a batch job on the same files (in order, none late), as a stream emits it.
 
-    An available-now run ends with a batch that moves the watermark to the newest event time less
-    the delay, so its output holds exactly the windows ending at or before that instant.
+    Deduplication emits each first event at once. A windowed count emits a window when the watermark
+    passes its end; an available-now run ends with a batch that moves the watermark to the newest
+    event time less the delay, so its output holds exactly the windows ending by that instant.
     """
     events = spark.read.schema(EVENT_SCHEMA).json(settings.source.files.path)
+    result = apply_operator(events, settings.query)
+    if settings.query.operator != "windowed_aggregation":
+        return result
     newest = events.agg(F.max("event_time")).first()[0]
     watermark = newest - timedelta(seconds=parse_duration(settings.query.watermark))
-    result = windowed_count(events, settings.query.watermark, settings.query.window)
     return result.where(F.col("window_end") <= F.lit(watermark))
+
+
+def expected_row_count(operator: str, files: int) -> int:
+    """Rows the files_job input yields: 40 events per file over 2 minutes, 4 keys, 1-minute watermark.
+
+    Deduplication keeps all 40 x files events (none repeat). The windowed count closes windows
+    0 .. 2 x files - 3 (the newest event is at 2 x files minutes less 3 s), 4 keys each.
+    """
+    return 40 * files if operator == "deduplication" else (2 * files - 2) * 4
 
 
 @pytest.fixture(scope="session")

@@ -138,6 +138,26 @@ def test_report_spells_out_every_step():
     assert "pinned into the checkpoint" in text
 
 
+@pytest.mark.parametrize(
+    ("operator", "formula"),
+    [
+        ("windowed_aggregation", "one row per (key, window) seen within the watermark"),
+        ("deduplication", "one row per event id, kept until the watermark passes the event's time"),
+    ],
+)
+def test_each_operator_names_its_formula(operator, formula):
+    # Both keep at most watermark x rate rows: 30 minutes x 2,000 rows/s = 3,600,000 rows; x 50 B / 10.
+    sizing = estimate(2_000, "30 minutes", 50, 10, operator=operator)
+    assert (sizing.rows, sizing.bytes_per_partition) == (3_600_000, 18_000_000)
+    assert sizing.formula.startswith(formula)
+    assert f"operator       = {operator}: {formula}" in report(sizing)
+
+
+def test_unknown_operator_is_refused():
+    with pytest.raises(ValueError, match="operator must be one of windowed_aggregation, deduplication, got 'join'"):
+        estimate(1, "1 minute", 1, 1, operator="join")
+
+
 def test_report_warns_near_the_threshold():
     # 300,000,000 B per partition is 28% of 1 GiB: hdfs, but growth would cross it.
     text = report(estimate(1_000_000, "5 minutes", 100, 100))
@@ -170,6 +190,13 @@ def test_estimate_command_json():
         1_920_000,
         "hdfs",
     )
+
+
+def test_estimate_command_takes_the_operator():
+    args = ["--rate", "10", "--watermark", "1 minute", "--bytes-per-row", "8", "--partitions", "1"]
+    result = run_cli("estimate", *args, "--operator", "deduplication", "--json")
+    assert result.returncode == 0, result.stderr
+    assert (json.loads(result.stdout)["operator"], json.loads(result.stdout)["rows"]) == ("deduplication", 600)
 
 
 def test_estimate_command_reads_missing_inputs_from_settings():

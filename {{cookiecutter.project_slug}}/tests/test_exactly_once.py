@@ -19,7 +19,15 @@ from pyspark.testing import assertDataFrameEqual
 
 from {{ cookiecutter.package_name }}.output import read_output
 
-from .conftest import PROJECT_DIR, batch_expectation, clean_env, committed_batches, files_job, run_python
+from .conftest import (
+    PROJECT_DIR,
+    batch_expectation,
+    clean_env,
+    committed_batches,
+    expected_row_count,
+    files_job,
+    run_python,
+)
 
 pytestmark = [pytest.mark.streaming, pytest.mark.crash]
 
@@ -77,5 +85,5 @@ def test_sigkill_mid_batch_then_restart_loses_and_repeats_nothing(
     assert f"batch {in_flight}:" in restart.stdout
 
     expected = batch_expectation(spark, settings)
-    assert expected.count() == 10 * 4  # events up to 11:57, watermark 10:57: windows 0..9, 4 keys
+    assert expected.count() == expected_row_count(settings.query.operator, files=6)
     assertDataFrameEqual(read_output(spark, settings.sink), expected)

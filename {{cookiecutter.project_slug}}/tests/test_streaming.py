@@ -24,7 +24,15 @@ from {{ cookiecutter.package_name }}.output import read_output
 from {{ cookiecutter.package_name }}.schema import EVENT_SCHEMA
 from {{ cookiecutter.package_name }}.session import PROVIDER_CLASSES, apply_confs
 
-from .conftest import PROJECT_DIR, batch_expectation, clean_env, committed_batches, files_job, run_python
+from .conftest import (
+    PROJECT_DIR,
+    batch_expectation,
+    clean_env,
+    committed_batches,
+    expected_row_count,
+    files_job,
+    run_python,
+)
 
 pytestmark = pytest.mark.streaming
 
@@ -54,6 +62,7 @@ def stream_changes(tmp_path: Path, store: dict) -> dict:
         "sink": {"type": "parquet", "output_mode": "append", "path": str(tmp_path / "output")},
         "query": {
             "name": f"test_{tmp_path.name}",
+            "operator": "windowed_aggregation",
             "watermark": "1 minute",
             "window": "1 minute",
             "checkpoint_location": str(tmp_path / "checkpoint"),
@@ -160,8 +169,7 @@ def test_files_source_replayed_batch_is_written_once(spark, make_settings, tmp_p
     assertDataFrameEqual(read_output(spark, settings.sink), expected)
     # Five files in five batches, then the batch that moves the watermark past the last windows.
     assert committed_batches(checkpoint) == [0, 1, 2, 3, 4, 5]
-    # Events up to 9:57, so the final watermark is 8:57: windows 0..7, 4 keys each.
-    assert expected.count() == 8 * 4
+    assert expected.count() == expected_row_count(settings.query.operator, files=5)
 
     (checkpoint / "commits" / "5").unlink()
     (checkpoint / "commits" / ".5.crc").unlink(missing_ok=True)
@@ -182,7 +190,7 @@ def test_files_source_archives_committed_files(spark, make_settings, tmp_path):
 
     assert run_query(spark, settings).exception() is None
     assertDataFrameEqual(read_output(spark, settings.sink), expected)
-    assert len(expected) == 4 * 4  # events up to 5:57, watermark 4:57: windows 0..3, 4 keys
+    assert len(expected) == expected_row_count(settings.query.operator, files=3)
     # Spark moves each committed file under the archive directory, keeping its full path.
     assert sorted(path.name for path in landing.iterdir()) == []
     assert sorted(path.name for path in (archive / landing.relative_to("/")).iterdir()) == names
@@ -208,5 +216,5 @@ def test_files_source_reads_csv_and_parquet(spark, make_settings, tmp_path, file
 
     assert run_query(spark, settings).exception() is None
     expected = batch_expectation(spark, json_settings)
-    assert expected.count() == 4 * 4  # events up to 5:57, watermark 4:57: windows 0..3, 4 keys
+    assert expected.count() == expected_row_count(settings.query.operator, files=3)
     assertDataFrameEqual(read_output(spark, settings.sink), expected)

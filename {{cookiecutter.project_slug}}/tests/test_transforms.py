@@ -7,7 +7,7 @@ from datetime import datetime
 from pyspark.testing import assertDataFrameEqual
 
 from {{ cookiecutter.package_name }}.schema import EVENT_COLUMNS, EVENT_SCHEMA
-from {{ cookiecutter.package_name }}.transforms import events_from_rate, windowed_count
+from {{ cookiecutter.package_name }}.transforms import deduplicated, events_from_rate, windowed_count
 
 
 def ts(minute: int, second: int = 0) -> datetime:
@@ -43,3 +43,13 @@ def test_windowed_count(spark):
     result = windowed_count(events, watermark="10 minutes", window="1 minute")
     assertDataFrameEqual(result, expected)
     assert result.columns == ["window_start", "window_end", "key", "events"]
+
+
+def test_deduplicated_keeps_the_first_of_each_event_id(spark):
+    events = spark.createDataFrame(
+        [("e1", "a", ts(0)), ("e2", "a", ts(0, 30)), ("e1", "a", ts(0)), ("e3", "b", ts(1))], EVENT_SCHEMA
+    )
+    expected = spark.createDataFrame([("e1", "a", ts(0)), ("e2", "a", ts(0, 30)), ("e3", "b", ts(1))], EVENT_SCHEMA)
+    result = deduplicated(events, watermark="10 minutes")
+    assertDataFrameEqual(result, expected)
+    assert tuple(result.columns) == EVENT_COLUMNS

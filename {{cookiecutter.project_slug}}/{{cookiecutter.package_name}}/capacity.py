@@ -18,6 +18,17 @@ ROCKSDB_THRESHOLD_BYTES = GIB
 # Below the threshold but within this share of it, the report warns that growth may cross it.
 NEAR_THRESHOLD_SHARE = 0.25
 
+# What each stateful operator keeps, and so which formula sizes it.
+FORMULAS = {
+    "windowed_aggregation": (
+        "one row per (key, window) seen within the watermark; rows = watermark x rate is its upper"
+        " bound (every event a new key), reached when keys are as many as events"
+    ),
+    "deduplication": (
+        "one row per event id, kept until the watermark passes the event's time: rows = watermark x rate"
+    ),
+}
+
 # Units Spark's interval parser accepts for a watermark. Months and years are refused on
 # purpose: Spark counts a month as 31 days there, which is never what a user means.
 _UNIT_SECONDS = {
@@ -75,6 +86,8 @@ def _unit_list() -> str:
 class Estimate:
     """The sizing inputs and what they imply for one query."""
 
+    operator: str
+    formula: str
     input_rows_per_second: float
     watermark: str
     watermark_seconds: float
@@ -98,8 +111,11 @@ def estimate(
     state_bytes_per_row: int,
     shuffle_partitions: int,
     growth_factor: float = 1.0,
+    operator: str = "windowed_aggregation",
 ) -> Estimate:
     """Napkin math for the state a watermarked query keeps; see the module docstring."""
+    if operator not in FORMULAS:
+        raise ValueError(f"operator must be one of {', '.join(FORMULAS)}, got {operator!r}")
     _require_positive("input_rows_per_second", input_rows_per_second)
     _require_positive("state_bytes_per_row", state_bytes_per_row)
     _require_positive("shuffle_partitions", shuffle_partitions)
@@ -112,6 +128,8 @@ def estimate(
     projected = round(per_partition * growth_factor)
     provider = "rocksdb" if projected >= ROCKSDB_THRESHOLD_BYTES else "hdfs"
     return Estimate(
+        operator=operator,
+        formula=FORMULAS[operator],
         input_rows_per_second=input_rows_per_second,
         watermark=watermark,
         watermark_seconds=seconds,
@@ -173,6 +191,7 @@ def report(sizing: Estimate, decision: Decision | None = None) -> str:
     share = e.projected_bytes_per_partition / e.threshold_bytes
     lines = [
         "State store sizing (napkin math)",
+        f"  operator       = {e.operator}: {e.formula}",
         f"  state rows     = watermark {e.watermark} ({_num(e.watermark_seconds)} s)"
         f" x {_num(e.input_rows_per_second)} rows/s = {_num(e.rows)} rows",
         f"  state bytes    = {_num(e.rows)} rows x {_num(e.state_bytes_per_row)} B"

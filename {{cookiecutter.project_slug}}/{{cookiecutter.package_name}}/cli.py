@@ -65,6 +65,9 @@ def parser() -> argparse.ArgumentParser:
     estimate.add_argument("--bytes-per-row", type=positive_int, help="bytes per state row")
     estimate.add_argument("--partitions", type=positive_int, help="shuffle partitions")
     estimate.add_argument("--growth", type=positive_float, help="growth factor, 1 or more")
+    estimate.add_argument(
+        "--operator", choices=list(capacity.FORMULAS), help="the stateful operator (default: from settings)"
+    )
     estimate.add_argument("--json", action="store_true", help="print JSON instead of the report")
 
     needed = commands.add_parser(
@@ -130,6 +133,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         "bytes_per_row": args.bytes_per_row,
         "partitions": args.partitions,
         "growth": args.growth,
+        "operator": args.operator,
     }
     if any(value is None for name, value in inputs.items() if name != "growth"):
         settings = load_settings(args.settings)
@@ -139,11 +143,17 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             "bytes_per_row": settings.capacity.state_bytes_per_row,
             "partitions": settings.spark.shuffle_partitions,
             "growth": settings.capacity.state_growth_factor,
+            "operator": settings.query.operator,
         }
         inputs = {name: defaults[name] if value is None else value for name, value in inputs.items()}
     try:
         sizing = capacity.estimate(
-            inputs["rate"], inputs["watermark"], inputs["bytes_per_row"], inputs["partitions"], inputs["growth"] or 1.0
+            inputs["rate"],
+            inputs["watermark"],
+            inputs["bytes_per_row"],
+            inputs["partitions"],
+            inputs["growth"] or 1.0,
+            inputs["operator"],
         )
     except ValueError as error:
         print(f"estimate error: {error}", file=sys.stderr)

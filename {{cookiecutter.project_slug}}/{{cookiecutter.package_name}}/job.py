@@ -8,10 +8,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from .progress import ProgressPrinter
-from .settings import Settings
+from .settings import QuerySettings, Settings
 from .sinks import start_query
 from .sources import read_events
-from .transforms import windowed_count
+from .transforms import deduplicated, windowed_count
 
 POLL_SECONDS = 0.2
 
@@ -19,7 +19,14 @@ POLL_SECONDS = 0.2
 def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
     """The whole query as a DataFrame: source, then the stateful transform."""
     events = read_events(spark, settings.source)
-    return windowed_count(events, settings.query.watermark, settings.query.window)
+    return apply_operator(events, settings.query)
+
+
+def apply_operator(events: DataFrame, query: QuerySettings) -> DataFrame:
+    """The configured stateful operator on a stream (or, in tests, on batch data) of events."""
+    if query.operator == "deduplication":
+        return deduplicated(events, query.watermark)
+    return windowed_count(events, query.watermark, query.window)
 
 
 def stop_quietly(spark: SparkSession, query: StreamingQuery) -> None:

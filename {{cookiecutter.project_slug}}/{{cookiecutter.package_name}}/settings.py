@@ -261,7 +261,9 @@ class SinkSettings(Section):
 
 class QuerySettings(Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", description="letters, digits, '_', '.', '-'")
-    operator: Literal["windowed_aggregation"] = Field(description="windowed_aggregation")
+    operator: Literal["windowed_aggregation", "deduplication"] = Field(
+        description="windowed_aggregation or deduplication"
+    )
     watermark: Duration = Field(description="a Spark interval such as '10 minutes'")
     window: Duration = Field("1 minute", description="a Spark interval such as '1 minute'")
     checkpoint_location: str = Field(min_length=1, description="a directory path or URI")
@@ -330,6 +332,7 @@ class Settings(BaseSettings):
             state_bytes_per_row=self.capacity.state_bytes_per_row,
             shuffle_partitions=self.spark.shuffle_partitions,
             growth_factor=self.capacity.state_growth_factor,
+            operator=self.query.operator,
         )
 
 

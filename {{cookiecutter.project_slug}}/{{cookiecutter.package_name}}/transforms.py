@@ -44,3 +44,16 @@ def windowed_count(events: DataFrame, watermark: str, window: str) -> DataFrame:
             "events",
         )
     )
+
+
+def deduplicated(events: DataFrame, watermark: str) -> DataFrame:
+    """Each event_id once, as long as its repeats come within the watermark delay of the first.
+
+    State holds one row per event id until the watermark passes the event's time plus the delay,
+    so it stays bounded. An event whose time plus the delay is already behind the watermark is
+    dropped as too late: its id may have been evicted, so it could not be checked.
+    """
+    if not events.isStreaming:  # Spark refuses the within-watermark form on batch data
+        return events.dropDuplicates(["event_id"]).select(*EVENT_COLUMNS)
+    watermarked = events.withWatermark("event_time", watermark)
+    return watermarked.dropDuplicatesWithinWatermark(["event_id"]).select(*EVENT_COLUMNS)

@@ -20,6 +20,11 @@ from .settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_setti
 EXIT_QUERY_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_MISSING_DEPENDENCY = 3
+MISSING_DEPENDENCY_PREFIXES = {
+    JavaError: "java error",
+    ConnectorError: "connector error",
+    MissingPackageError: "package error",
+}
 
 
 def positive_int(text: str) -> int:
@@ -42,24 +47,23 @@ def positive_float(text: str) -> float:
     return value
 
 
+def add_settings_argument(command: argparse.ArgumentParser, purpose: str = "settings file") -> None:
+    command.add_argument(
+        "--settings", type=Path, default=DEFAULT_SETTINGS_FILE, help=f"{purpose} (default: %(default)s)"
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="python -m {{ cookiecutter.package_name }}", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="run the streaming job (what main.py does)")
-    run.add_argument(
-        "--settings", type=Path, default=DEFAULT_SETTINGS_FILE, help="settings file (default: %(default)s)"
-    )
+    add_settings_argument(run)
     run.add_argument("--max-batches", type=positive_int, help="stop gracefully after N committed micro-batches")
     run.add_argument("--timeout", type=positive_float, metavar="SECONDS", help="stop gracefully after SECONDS")
 
     estimate = commands.add_parser("estimate", help="size the state store and recommend a provider")
-    estimate.add_argument(
-        "--settings",
-        type=Path,
-        default=DEFAULT_SETTINGS_FILE,
-        help="where missing inputs are read from (default: %(default)s)",
-    )
+    add_settings_argument(estimate, "where missing inputs are read from")
     estimate.add_argument("--rate", type=positive_float, help="input rows per second")
     estimate.add_argument("--watermark", help="watermark, such as '10 minutes'")
     estimate.add_argument("--bytes-per-row", type=positive_int, help="bytes per state row")
@@ -73,16 +77,12 @@ def parser() -> argparse.ArgumentParser:
     needed = commands.add_parser(
         "packages", help="print the --packages coordinates spark-submit needs for these settings (may be empty)"
     )
-    needed.add_argument(
-        "--settings", type=Path, default=DEFAULT_SETTINGS_FILE, help="settings file (default: %(default)s)"
-    )
+    add_settings_argument(needed)
 
     sample = commands.add_parser(
         "sample-input", help="write deterministic JSON event files into source.files.path (for the files source)"
     )
-    sample.add_argument(
-        "--settings", type=Path, default=DEFAULT_SETTINGS_FILE, help="settings file (default: %(default)s)"
-    )
+    add_settings_argument(sample)
     sample.add_argument("--files", type=positive_int, default=6, help="files to add (default: %(default)s)")
     sample.add_argument("--events-per-file", type=positive_int, default=1000, help="(default: %(default)s)")
     sample.add_argument("--keys", type=positive_int, default=100, help="distinct keys (default: %(default)s)")
@@ -91,9 +91,7 @@ def parser() -> argparse.ArgumentParser:
     )
 
     show = commands.add_parser("show-output", help="print what the parquet or delta sink has written")
-    show.add_argument(
-        "--settings", type=Path, default=DEFAULT_SETTINGS_FILE, help="settings file (default: %(default)s)"
-    )
+    add_settings_argument(show)
     show.add_argument("--limit", type=positive_int, default=20, help="rows to print (default: %(default)s)")
     return root
 
@@ -115,14 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in error.lines:
             print(f"settings error: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except JavaError as error:
-        print(f"java error: {error}", file=sys.stderr)
-        return EXIT_MISSING_DEPENDENCY
-    except ConnectorError as error:
-        print(f"connector error: {error}", file=sys.stderr)
-        return EXIT_MISSING_DEPENDENCY
-    except MissingPackageError as error:
-        print(f"package error: {error}", file=sys.stderr)
+    except (JavaError, ConnectorError, MissingPackageError) as error:
+        print(f"{MISSING_DEPENDENCY_PREFIXES[type(error)]}: {error}", file=sys.stderr)
         return EXIT_MISSING_DEPENDENCY
 
 
@@ -167,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     problems = settings.problems_before_run()
     if problems:
         raise SettingsError(problems)
-    if settings.sink.type == "delta" and settings.sink.delta.writer == "deltalake":
+    if settings.sink.delta_writer == "deltalake":
         require_deltalake()
     # Spark is imported only now, so that bad input never starts a JVM.
     from pyspark.errors import StreamingQueryException
@@ -193,7 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def startup_line(settings: Settings, spark_version: str, master: str) -> str:
     store = settings.state_store
     changelog = " with changelog checkpointing" if store.changelog_checkpointing else ""
-    writer = f" ({settings.sink.delta.writer})" if settings.sink.type == "delta" else ""
+    writer = f" ({settings.sink.delta_writer})" if settings.sink.delta_writer else ""
     return (
         f"{settings.query.name}: Spark {spark_version} on {master}, {settings.source.type} -> {settings.sink.type}"
         f"{writer}, state store {store.provider}{changelog}, {settings.spark.shuffle_partitions} shuffle partitions,"

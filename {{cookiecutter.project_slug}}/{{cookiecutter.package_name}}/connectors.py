@@ -30,7 +30,7 @@ class Connector:
     probe_class: str
 
 
-def spark_minor(version: str = pyspark.__version__) -> str:
+def spark_minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
@@ -44,7 +44,7 @@ def required_connectors(settings: Settings, spark_version: str = pyspark.__versi
                 "org.apache.spark.sql.kafka010.KafkaSourceProvider",
             )
         )
-    if settings.sink.type == "delta" and settings.sink.delta.writer == "delta-spark":
+    if settings.sink.delta_writer == "delta-spark":
         connectors.append(
             Connector(
                 "sink.type delta with sink.delta.writer delta-spark",

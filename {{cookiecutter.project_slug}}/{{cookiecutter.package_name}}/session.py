@@ -54,7 +54,7 @@ def spark_confs(settings: Settings) -> dict[str, str]:
 def static_confs(settings: Settings, submitted: bool) -> dict[str, str]:
     """Confs that only take effect when the session starts: connector JARs and the Delta extensions."""
     confs = {}
-    if settings.sink.type == "delta" and settings.sink.delta.writer == "delta-spark":
+    if settings.sink.delta_writer == "delta-spark":
         confs["spark.sql.extensions"] = _joined(settings.spark.conf.get("spark.sql.extensions"), DELTA_EXTENSION)
         confs["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
     # Under spark-submit the JVM runs already: its --packages decide, and require_connectors checks.

@@ -249,6 +249,11 @@ class SinkSettings(Section):
     console_rows: int = Field(20, gt=0, description="rows to print per batch, greater than zero")
     delta: DeltaSinkSettings = Field(default_factory=DeltaSinkSettings)
 
+    @property
+    def delta_writer(self) -> str | None:
+        """delta-spark or deltalake when the sink is delta, otherwise None."""
+        return self.delta.writer if self.type == "delta" else None
+
     @model_validator(mode="after")
     def _mode_fits_sink(self) -> SinkSettings:
         if self.type in ("parquet", "delta") and self.output_mode != "append":

@@ -19,10 +19,10 @@ def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings) -> 
     if sink.type == "parquet":
         # The file sink is exactly-once: a batch's files count only once its _spark_metadata entry is written.
         return writer.format("parquet").option("path", sink.path).start()
-    if sink.type == "delta" and sink.delta.writer == "delta-spark":
+    if sink.delta_writer == "delta-spark":
         # The JVM Delta sink records (query id, batch id) in each commit and skips a replayed batch.
         return writer.format("delta").option("path", sink.path).start()
-    if sink.type == "delta":
+    if sink.delta_writer == "deltalake":
         batch_writer = DeltaLakeBatchWriter(sink.path)
         started = writer.foreachBatch(batch_writer).start()
         batch_writer.bind(started.id)

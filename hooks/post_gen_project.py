@@ -41,7 +41,9 @@ def decision_comment(sizing, decision) -> list[str]:
     lines = [
         "Chosen at generation time by the capacity estimator",
         f"(python -m {PACKAGE} estimate reproduces it):",
-        f"  rows = {e.watermark} x {e.input_rows_per_second:g} rows/s = {e.rows:,}",
+        f"  operator {e.operator}: {e.formula}",
+        f"  headline rows = {e.watermark} x {e.input_rows_per_second:g} rows/s = {e.headline_rows:,}",
+        f"  rows = {e.rows_working}",
         f"  bytes = {e.rows:,} x {e.state_bytes_per_row} B = {e.total_bytes:,} B",
         f"  per partition = {e.total_bytes:,} B / {e.shuffle_partitions} = {e.bytes_per_partition:,} B",
         f"  x growth {e.growth_factor:g} = {e.projected_bytes_per_partition:,} B"
@@ -81,6 +83,14 @@ def refuse(sentence: str) -> int:
 
 def main() -> int:
     capacity = load_capacity_module()
+    # Every duration lands in settings.yaml, whichever operator uses it, so each must parse.
+    for name in ("watermark", "window", "join_range", "session_timeout"):
+        try:
+            capacity.parse_duration(ANSWERS[name])
+        except capacity.DurationError as error:
+            return refuse(f"{name} {error}.")
+    cardinality = str(ANSWERS["key_cardinality"]).strip()
+    joined = ANSWERS["stateful_operator"] == "stream_stream_join"
     try:
         sizing = capacity.estimate(
             input_rows_per_second=float(ANSWERS["input_rows_per_second"]),
@@ -89,13 +99,16 @@ def main() -> int:
             shuffle_partitions=int(ANSWERS["shuffle_partitions"]),
             growth_factor=float(ANSWERS["state_growth_factor"]),
             operator=ANSWERS["stateful_operator"],
+            window=ANSWERS["window"],
+            key_cardinality=None if cardinality == "unknown" else int(cardinality),
+            join_input_rows_per_second=float(ANSWERS["join_input_rows_per_second"]) if joined else None,
+            join_range=ANSWERS["join_range"],
+            session_timeout=ANSWERS["session_timeout"],
         )
-    except capacity.DurationError as error:
-        return refuse(f"watermark {error}.")
-    except ValueError as error:  # the pre-generation hook checks these first; kept as a guard
+        # Cookiecutter has already turned the boolean answer into true or false.
+        decision = capacity.decide(ANSWERS["state_store_provider"], bool(ANSWERS["changelog_checkpointing"]), sizing)
+    except ValueError as error:  # bad durations, and pairings such as custom_state with hdfs
         return refuse(f"{error}.")
-    # Cookiecutter has already turned the boolean answer into true or false.
-    decision = capacity.decide(ANSWERS["state_store_provider"], bool(ANSWERS["changelog_checkpointing"]), sizing)
     write_decision(sizing, decision)
     banner = "!" * 78
     if decision.against_recommendation:

@@ -1,8 +1,8 @@
 """Validate the answers before anything is generated; stop with one clear sentence each.
 
 Cookiecutter itself refuses a value outside a choice list or a non-boolean for
-changelog_checkpointing; those are not checked again here. The watermark is checked by the
-post-generation hook with the generated package's own parser: this hook cannot reach the template's
+changelog_checkpointing; those are not checked again here. The durations (watermark, window,
+join_range, session_timeout) and the operator/provider pairing are checked by the post-generation hook with the generated package's own parser: this hook cannot reach the template's
 files reliably (cookiecutter hands it the template path as typed, which may be relative to a
 folder the hook does not know), and the parser must exist once. A failing post-generation hook
 removes the project all the same.
@@ -64,6 +64,16 @@ def number_problems(answers: dict) -> list[str]:
         ("shuffle_partitions", WHOLE_NUMBER, "a whole number of partitions greater than zero, like 200"),
         ("state_growth_factor", PLAIN_NUMBER, "a plain number of 1 or more, like 1 or 2.5"),
     ]
+    # Used (and written) by the join only; by default it repeats input_rows_per_second, checked above.
+    join_rate = answers["join_input_rows_per_second"]
+    if answers["stateful_operator"] == "stream_stream_join" and join_rate != answers["input_rows_per_second"]:
+        checks.append(("join_input_rows_per_second", PLAIN_NUMBER, "a number of rows per second greater than zero"))
+    cardinality = str(answers["key_cardinality"]).strip()
+    if cardinality != "unknown" and (not WHOLE_NUMBER.match(cardinality) or int(cardinality) <= 0):
+        found.append(
+            f"key_cardinality {answers['key_cardinality']!r} is not valid: write a whole number of distinct keys"
+            " greater than zero, like 100000, or unknown."
+        )
     for name, pattern, expected in checks:
         text = str(answers[name]).strip()
         if not pattern.match(text) or float(text) <= 0:

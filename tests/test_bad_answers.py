@@ -26,6 +26,22 @@ BAD_ANSWERS = [
     ({"state_growth_factor": "0.5"}, "state_growth_factor '0.5' is below 1"),
     ({"package_name": "deltalake"}, "package_name 'deltalake' would shadow a module the job imports"),
     ({"package_name": "pyarrow"}, "package_name 'pyarrow' would shadow a module the job imports"),
+    ({"key_cardinality": "many"}, "key_cardinality 'many' is not valid: write a whole number of distinct keys"),
+    ({"key_cardinality": "0"}, "key_cardinality '0' is not valid"),
+    (
+        {"stateful_operator": "stream_stream_join", "join_input_rows_per_second": "-1"},
+        "join_input_rows_per_second '-1' is not valid",
+    ),
+    ({"window": "a while"}, "window 'a while' is not an interval Spark can parse"),
+    ({"join_range": "0 minutes"}, "join_range '0 minutes' must be longer than zero"),
+    ({"stateful_operator": "custom_state", "session_timeout": "1 month"}, "session_timeout '1 month' uses months"),
+    # Checked whatever the operator: every duration is written into settings.yaml.
+    ({"stateful_operator": "deduplication", "window": "soon"}, "window 'soon' is not an interval Spark can parse"),
+    (
+        {"stateful_operator": "custom_state", "state_store_provider": "hdfs"},
+        "custom_state needs the rocksdb state store (Spark runs transformWithState only on RocksDB);"
+        " answer rocksdb or auto for state_store_provider.",
+    ),
 ]
 
 

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cookiecutter.exceptions import FailedHookException
 
 from .conftest import TEMPLATE, bake, run_in
 
-# A state large enough for RocksDB: 1 hour x 1,000,000 rows/s x 100 B / 200 = 1.8 GB per partition.
+# A state large enough for RocksDB: 61 one-minute windows open in a 1-hour watermark, 60,000,000
+# events in each at 1,000,000 rows/s: 3,660,000,000 rows x 100 B / 200 = 1.83 GB per partition.
 LARGE_STATE = {"input_rows_per_second": "1000000", "watermark": "1 hour", "state_bytes_per_row": "100"}
 
 PROVIDERS, SINKS, SOURCES = ("auto", "hdfs", "rocksdb"), ("parquet", "delta", "console"), ("rate", "files", "kafka")
@@ -28,22 +30,66 @@ COMBINATIONS = [
     for source in [SOURCES[(p + s) % len(SOURCES)]]
     for platform in ("oss", "databricks")
 ]
-OPERATORS = ("windowed_aggregation", "deduplication")
+# operator -> (the README's opening words, the line of the sizing report naming its rows).
+OPERATORS = {
+    "windowed_aggregation": ("job that counts events per key", "state rows     = 11 open windows"),
+    "deduplication": ("job that drops repeated events", "state rows     = 600 s x 10,000 rows/s"),
+    "stream_stream_join": ("job that joins two event streams", "state rows     = left 10,000 rows/s x (600 s"),
+    "custom_state": ("job that keeps its own state per key", "state rows     = active keys within timeout"),
+}
 
 
 @pytest.mark.parametrize("operator", OPERATORS)
 @pytest.mark.parametrize("provider", ["hdfs", "rocksdb"])
 def test_every_operator_bakes_for_both_providers(out, capfd, operator, provider):
+    if (operator, provider) == ("custom_state", "hdfs"):
+        with pytest.raises(FailedHookException):
+            bake(out, stateful_operator=operator, state_store_provider=provider)
+        assert "ERROR: custom_state needs the rocksdb state store" in capfd.readouterr().err
+        assert list(out.iterdir()) == []
+        return
     project = bake(out, stateful_operator=operator, state_store_provider=provider)
     settings = settings_of(project)
     assert (settings["query"]["operator"], settings["state_store"]["provider"]) == (operator, provider)
-    captured = capfd.readouterr()
-    assert f"operator       = {operator}: " in captured.out + captured.err
+    assert (settings["join_source"] is None) is (operator != "stream_stream_join")
+    printed = capfd.readouterr()
+    opening, rows_line = OPERATORS[operator]
+    assert f"operator       = {operator}: " in printed.out + printed.err
+    assert rows_line in printed.out + printed.err
     readme = (project / "README.md").read_text()
-    assert ("job that drops repeated events" in readme) is (operator == "deduplication")
-    assert ("job that counts events per key" in readme) is (operator == "windowed_aggregation")
+    assert [words for words, _ in OPERATORS.values() if words in readme] == [opening]
     result = run_in(project, "-m", "stream_job", "estimate", "--json")
     assert (result.returncode, json.loads(result.stdout)["operator"]) == (0, operator)
+    dependencies = tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert ("pandas>=2.2,<3" in dependencies) is (operator == "custom_state")
+    # The demo (on the default rate source) shows a join or custom state on sample files instead,
+    # which end by themselves (available_now) rather than after a number of batches.
+    makefile = (project / "Makefile").read_text()
+    on_files = operator in ("stream_stream_join", "custom_state")
+    assert ("sample-input" in makefile.split("\ndemo:")[1]) is on_files
+    assert ("STREAM_JOB_SOURCE__TYPE=files" in makefile) is on_files
+    assert ("STREAM_JOB_JOIN_SOURCE__TYPE=files" in makefile) is (operator == "stream_stream_join")
+    assert ("DEMO_STOP := --max-batches $(DEMO_BATCHES)" in makefile) is not on_files
+
+
+def test_custom_state_on_auto_gets_rocksdb_with_the_reason(out, capfd):
+    project = bake(out, stateful_operator="custom_state")
+    assert settings_of(project)["state_store"]["provider"] == "rocksdb"
+    assert "rocksdb although the sizing says hdfs: Spark runs transformWithState only on RocksDB." in (
+        capfd.readouterr().out
+    )
+
+
+def test_join_bake_has_a_second_input_of_the_chosen_source(out):
+    project = bake(out, stateful_operator="stream_stream_join", source="files", join_input_rows_per_second="250")
+    settings = settings_of(project)
+    assert settings["join_source"]["type"] == "files"
+    assert settings["join_source"]["files"]["path"] == "landing/stream_job_join"
+    assert settings["capacity"]["join_input_rows_per_second"] == 250
+    assert settings["query"]["join"] == {"type": "inner", "range": "15 minutes"}
+    result = run_in(project, "-m", "stream_job", "estimate", "--json")
+    # left 10,000 x (600 + 900) + right 250 x 600 = 15,150,000 rows.
+    assert json.loads(result.stdout)["rows"] == 15_150_000
 
 
 # What `python -m <package> packages` must print for each answer: the JVM connectors spark-submit needs.
@@ -99,13 +145,17 @@ def test_combination_bakes_clean(out, answers):
 def test_default_bake_prints_the_worked_example(out, capfd):
     project = bake(out)
     printed = capfd.readouterr().out
-    assert "6,000,000 rows" in printed
-    assert "384,000,000 B" in printed
-    assert "1,920,000 B" in printed
+    # The headline (seed rule), then the windowed aggregation's own count: 11 open one-minute
+    # windows x 600,000 possible keys each (key cardinality unknown).
+    assert "headline       = watermark 10 minutes (600 s) x 10,000 rows/s = 6,000,000 rows" in printed
+    assert "= 6,600,000 rows" in printed
+    assert "422,400,000 B" in printed
+    assert "2,112,000 B" in printed
     assert "recommendation = hdfs" in printed
     assert "chosen         = hdfs, changelog checkpointing off" in printed
     text = (project / "settings.yaml").read_text()
-    assert "#   per partition = 384,000,000 B / 200 = 1,920,000 B" in text
+    assert "#   headline rows = 10 minutes x 10000 rows/s = 6,000,000" in text
+    assert "#   per partition = 422,400,000 B / 200 = 2,112,000 B" in text
     assert "#   recommended: hdfs; requested: auto; written: hdfs" in text
     assert "# changelog checkpointing is written as off" in text
 
@@ -117,7 +167,7 @@ def test_large_state_gets_rocksdb_with_changelog(out, capfd):
     assert (store["provider"], store["changelog_checkpointing"]) == ("rocksdb", True)
     result = run_in(project, "-m", "stream_job", "estimate", "--json")
     sizing = json.loads(result.stdout)
-    assert (sizing["rows"], sizing["bytes_per_partition"]) == (3_600_000_000, 1_800_000_000)
+    assert (sizing["rows"], sizing["bytes_per_partition"]) == (3_660_000_000, 1_830_000_000)
 
 
 def test_changelog_can_be_turned_off(out):
@@ -135,7 +185,7 @@ def test_choice_against_the_sizing_is_kept_with_a_loud_warning(out, capfd):
 
 
 def test_growth_factor_moves_the_decision(out):
-    # 1,920,000 B per partition x 600 = 1,152,000,000 B: over 1 GiB.
+    # 2,112,000 B per partition x 600 = 1,267,200,000 B: over 1 GiB.
     project = bake(out, state_growth_factor="600")
     assert settings_of(project)["state_store"]["provider"] == "rocksdb"
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from {{ cookiecutter.package_name }}.capacity import parse_duration
 from {{ cookiecutter.package_name }}.job import apply_operator
 from {{ cookiecutter.package_name }}.sample_input import write_sample_files
 from {{ cookiecutter.package_name }}.schema import EVENT_SCHEMA
+from {{ cookiecutter.package_name }}.sessions import OUTPUT_SCHEMA, advance
 from {{ cookiecutter.package_name }}.settings import ENV_PREFIX, Settings, load_settings
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -43,15 +44,52 @@ def committed_batches(checkpoint: Path | str) -> list[int]:
     return sorted(int(path.name) for path in commits.iterdir() if path.name.isdigit()) if commits.is_dir() else []
 
 
-def files_job(tmp_path: Path, sink: str, provider: str, changelog: bool = False, files: int = 6) -> dict[str, Any]:
+# The operator this project was generated with: the files_job tests below run it.
+BAKED_OPERATOR = yaml.safe_load(PROJECT_SETTINGS.read_text())["query"]["operator"]
+# Test settings start from settings.yaml with this operator, so that a test which does not name
+# an operator runs the same in every generated project; operator_changes switches to another.
+NEUTRAL_OPERATOR = {"query": {"operator": "windowed_aggregation"}, "join_source": None}
+# A provider every operator runs on, for tests about something else than the provider.
+ANY_PROVIDER = "rocksdb" if BAKED_OPERATOR == "custom_state" else "hdfs"
+FILES_JOB_JOIN_RANGE = timedelta(minutes=1)
+FILES_JOB_SESSION_TIMEOUT = timedelta(minutes=1)
+
+
+def operator_changes(operator: str, join_landing: Path | None = None) -> dict[str, Any]:
+    """Settings changes selecting `operator`, with a second landing directory for a join."""
+    changes: dict[str, Any] = {"query": {"operator": operator}, "join_source": None}
+    if operator == "stream_stream_join":
+        join_files = {"path": str(join_landing), "max_files_per_trigger": 1}
+        changes["join_source"] = {"type": "files", "files": join_files}
+        changes["query"]["join"] = {"type": "left_outer", "range": f"{FILES_JOB_JOIN_RANGE.seconds} seconds"}
+    if operator == "custom_state":
+        changes["query"]["custom_state"] = {"session_timeout": f"{FILES_JOB_SESSION_TIMEOUT.seconds} seconds"}
+    return changes
+
+
+def files_job(
+    tmp_path: Path, sink: str, provider: str, changelog: bool = False, files: int = 6, operator: str = BAKED_OPERATOR
+) -> dict[str, Any]:
     """Settings changes for a deterministic run: `files` landing files, one per micro-batch, until all are done.
 
-    Each file covers two minutes of event time for 4 keys; with a 1-minute window and watermark the
-    run closes most windows, and a crash or replay has several batches with output to get wrong.
+    Each file covers two minutes of event time, 40 events 3 s apart, and the watermark is one
+    minute, so a crash or replay has several batches with output to get wrong. Per operator:
+    4 keys in turn and 1-minute windows; for the join, a key per order and the payments in a
+    second directory (15 s, 45 s or 90 s after their order, every fifth order unpaid) with a
+    1-minute range; for custom_state, runs of 10 events per key, i.e. sessions of 30 s, 93 s apart.
     """
-    landing = tmp_path / "landing"
-    write_sample_files(landing, files=files, events_per_file=40, keys=4, advance_per_file=timedelta(minutes=2))
-    return {
+    if operator == "custom_state" and provider == "hdfs":
+        pytest.skip("custom_state runs only on the RocksDB state store")
+    landing, join_landing = tmp_path / "landing", tmp_path / "landing-join"
+    keys = 10**9 if operator == "stream_stream_join" else 4
+    shape = {"files": files, "events_per_file": 40, "keys": keys, "advance_per_file": timedelta(minutes=2)}
+    if operator == "custom_state":
+        shape["run_length"] = 10
+    write_sample_files(landing, **shape)
+    if operator == "stream_stream_join":
+        delays = tuple(FILES_JOB_JOIN_RANGE * share for share in (0.25, 0.75, 1.5))
+        write_sample_files(join_landing, **shape, payment_delays=delays)
+    changes = {
         "spark": {"shuffle_partitions": 2, "platform": "oss", "master": "local[2]"},
         "state_store": {"provider": provider, "changelog_checkpointing": changelog},
         "source": {"type": "files", "files": {"path": str(landing), "max_files_per_trigger": 1}},
@@ -69,35 +107,90 @@ def files_job(tmp_path: Path, sink: str, provider: str, changelog: bool = False,
             "trigger": "available_now",
         },
     }
+    return deep_merge(changes, operator_changes(operator, join_landing))
+
+
+def read_events_batch(spark: SparkSession, path: str) -> DataFrame:
+    return spark.read.schema(EVENT_SCHEMA).json(path)
+
+
+def final_watermark(spark: SparkSession, settings: Settings) -> datetime:
+    """Where an available-now run leaves the watermark: the newest event time less the delay, on the
+    input that is furthest behind (Spark takes the minimum over a join's two inputs)."""
+    newest = min(
+        read_events_batch(spark, source.files.path).agg(F.max("event_time")).first()[0]
+        for source in settings.inputs.values()
+    )
+    return newest - timedelta(seconds=parse_duration(settings.query.watermark))
 
 
 def batch_expectation(spark: SparkSession, settings: Settings) -> DataFrame:
     """The same computation as a batch job on the same files (in order, none late), as a stream emits it.
 
-    Deduplication emits each first event at once. A windowed count emits a window when the watermark
-    passes its end; an available-now run ends with a batch that moves the watermark to the newest
-    event time less the delay, so its output holds exactly the windows ending by that instant.
+    Deduplication emits each first event, and an inner join each match, at once. Rows that wait
+    for the watermark are emitted once it passes them, and an available-now run ends with a batch
+    that moves the watermark to final_watermark: a window ending by then, an unmatched order whose
+    range ended before it, a session whose timeout ran out before it.
     """
-    events = spark.read.schema(EVENT_SCHEMA).json(settings.source.files.path)
-    result = apply_operator(events, settings.query)
-    if settings.query.operator != "windowed_aggregation":
-        return result
-    newest = events.agg(F.max("event_time")).first()[0]
-    watermark = newest - timedelta(seconds=parse_duration(settings.query.watermark))
-    return result.where(F.col("window_end") <= F.lit(watermark))
+    events = read_events_batch(spark, settings.source.files.path)
+    watermark = F.lit(final_watermark(spark, settings))
+    query = settings.query
+    if query.operator == "custom_state":
+        return session_expectation(spark, events, settings)
+    join_events = None if settings.join_source is None else read_events_batch(spark, settings.join_source.files.path)
+    result = apply_operator(events, query, join_events)
+    if query.operator == "windowed_aggregation":
+        return result.where(F.col("window_end") <= watermark)
+    if query.operator == "stream_stream_join" and query.join.type == "left_outer":
+        join_range = timedelta(seconds=parse_duration(query.join.range))
+        return result.where(F.col("join_event_id").isNotNull() | (F.col("event_time") + F.lit(join_range) < watermark))
+    return result
+
+
+def session_expectation(spark: SparkSession, events: DataFrame, settings: Settings) -> DataFrame:
+    """custom_state as plain Python over all events: every session a later one closed, and any whose
+    timeout ran out before the final watermark."""
+    timeout = timedelta(seconds=parse_duration(settings.query.custom_state.session_timeout))
+    recent = settings.query.custom_state.recent_events
+    watermark = final_watermark(spark, settings)
+    by_key: dict[str, list] = {}
+    for row in events.collect():
+        by_key.setdefault(row.key, []).append((row.event_time, row.event_id))
+    rows = []
+    for key, key_events in by_key.items():
+        closed, still_open = advance(None, sorted(key_events), timeout, recent)
+        if still_open.session_end + timeout < watermark:
+            closed.append(still_open)
+        rows += [session.row(key) for session in closed]
+    return spark.createDataFrame(rows, OUTPUT_SCHEMA)
 
 
 def expected_row_count(operator: str, files: int) -> int:
-    """Rows the files_job input yields: 40 events per file over 2 minutes, 4 keys, 1-minute watermark.
+    """Rows the files_job input yields, counted by hand from its shape (see files_job).
 
     Deduplication keeps all 40 x files events (none repeat). The windowed count closes windows
-    0 .. 2 x files - 3 (the newest event is at 2 x files minutes less 3 s), 4 keys each.
+    0 .. 2 x files - 3 (the newest event is at 2 x files minutes less 3 s), 4 keys each. The join:
+    8 of every 15 orders match (paid, and within 15 s or 45 s); the other orders are emitted alone
+    once the watermark (the newest order less a minute) passes their time plus the one-minute
+    range. custom_state: 4 sessions per file, all closed but the last file's.
     """
-    return 40 * files if operator == "deduplication" else (2 * files - 2) * 4
+    events = 40 * files
+    if operator == "deduplication":
+        return events
+    if operator == "windowed_aggregation":
+        return (2 * files - 2) * 4
+    if operator == "custom_state":
+        return 4 * (files - 1)
+    newest_order_s = events * 3 - 3
+    matched = [n % 5 != 4 and n % 3 != 2 for n in range(events)]
+    unmatched_emitted = [not match and 3 * n + 60 < newest_order_s - 60 for n, match in enumerate(matched)]
+    return sum(matched) + sum(unmatched_emitted)
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
+    # Python workers (custom_state) run this interpreter, with the packages of this environment.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("{{ cookiecutter.package_name }}-tests")
@@ -144,7 +237,8 @@ def write_settings(tmp_path: Path) -> Callable[..., Path]:
     """Write the project's settings.yaml with changes into tmp_path; return the file's path."""
 
     def write(changes: dict[str, Any] | None = None, name: str = "settings.yaml") -> Path:
-        data = deep_merge(yaml.safe_load(PROJECT_SETTINGS.read_text()), changes or {})
+        data = deep_merge(yaml.safe_load(PROJECT_SETTINGS.read_text()), NEUTRAL_OPERATOR)
+        data = deep_merge(data, changes or {})
         path = tmp_path / name
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return path

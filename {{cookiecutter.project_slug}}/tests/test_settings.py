@@ -10,7 +10,7 @@ import yaml
 
 from {{ cookiecutter.package_name }}.settings import ENV_PREFIX, SettingsError, load_settings
 
-from .conftest import PROJECT_DIR, PROJECT_SETTINGS, run_python
+from .conftest import PROJECT_DIR, PROJECT_SETTINGS, deep_merge, run_python
 
 
 def test_generated_settings_load():
@@ -129,6 +129,62 @@ def errors_for(make_settings, changes) -> list[str]:
         (
             {"capacity": {"state_growth_factor": 0.5}},
             "capacity.state_growth_factor = 0.5: Input should be greater than or equal to 1",
+        ),
+        ({"capacity": {"key_cardinality": 0}}, "capacity.key_cardinality = 0: Input should be greater than 0"),
+        (
+            {"query": {"operator": "join"}},
+            "query.operator = 'join': Input should be 'windowed_aggregation', 'deduplication', 'stream_stream_join'"
+            " or 'custom_state'",
+        ),
+        (
+            {"query": {"operator": "stream_stream_join"}},
+            "settings: query.operator is stream_stream_join but join_source is null; add a join_source section",
+        ),
+        (
+            {"join_source": {"type": "rate"}},
+            "settings: join_source is set but query.operator is windowed_aggregation, which reads one input;",
+        ),
+        (
+            {
+                "query": {"operator": "custom_state"},
+                "state_store": {"provider": "hdfs", "changelog_checkpointing": False},
+            },
+            "settings: query.operator is custom_state but state_store.provider is hdfs: Spark runs transformWithState"
+            " only on the RocksDB state store; set state_store.provider to rocksdb",
+        ),
+        (
+            {
+                "query": {"operator": "stream_stream_join"},
+                "join_source": {"type": "rate"},
+                "sink": {"type": "console", "output_mode": "update"},
+            },
+            "settings: query.operator is stream_stream_join but sink.output_mode is update: stream_stream_join emits"
+            " each row once, final, and Spark runs it in append mode only; set sink.output_mode to append",
+        ),
+        (
+            {"query": {"join": {"type": "full_outer"}}},
+            "query.join.type = 'full_outer': Input should be 'inner' or 'left_outer'",
+        ),
+        ({"query": {"join": {"range": "soon"}}}, "query.join.range = 'soon': 'soon' is not an interval"),
+        (
+            {"query": {"custom_state": {"session_timeout": "0 seconds"}}},
+            "query.custom_state.session_timeout = '0 seconds': '0 seconds' must be longer than zero",
+        ),
+        (
+            {
+                "query": {"operator": "stream_stream_join"},
+                "source": {"type": "files", "files": {"path": "landing/same"}},
+                "join_source": {"type": "files", "files": {"path": "landing/same"}},
+            },
+            "join_source.files.path is 'landing/same', the same directory as source.files.path;",
+        ),
+        (
+            {
+                "query": {"operator": "stream_stream_join", "trigger": "available_now"},
+                "source": {"type": "files"},
+                "join_source": {"type": "rate"},
+            },
+            "query.trigger available_now does not work with the clock-driven rate source of join_source",
         ),
     ],
 )
@@ -253,11 +309,20 @@ def test_archive_dir_inside_the_landing_directory(make_settings, tmp_path):
             "source.kafka.sasl_password_env = 'NO_SUCH_KAFKA_PASSWORD_VARIABLE': the environment variable"
             " NO_SUCH_KAFKA_PASSWORD_VARIABLE is not set (or is empty); export it before starting the job",
         ),
+        (
+            {
+                "query": {"operator": "stream_stream_join"},
+                "source": {"type": "rate"},
+                "join_source": {"type": "files", "files": {"path": "no-such-payments"}},
+            },
+            "join_source.files.path = '{root}/no-such-payments': no such directory; create it (files landing there"
+            " are read in order of arrival) or fix the path",
+        ),
     ],
-    ids=["missing-landing-directory", "missing-secret"],
+    ids=["missing-landing-directory", "missing-secret", "missing-join-landing-directory"],
 )
 def test_what_a_run_needs_is_checked_before_spark_starts(write_settings, tmp_path, changes, expected):
-    changes = {**changes, "query": {"checkpoint_location": str(tmp_path / "checkpoint")}}
+    changes = deep_merge(changes, {"query": {"checkpoint_location": str(tmp_path / "checkpoint")}})
     result = run_python("main.py", "--settings", str(write_settings(changes)))
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [f"settings error: {expected.format(root=tmp_path)}"]

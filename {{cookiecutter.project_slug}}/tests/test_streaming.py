@@ -25,6 +25,7 @@ from {{ cookiecutter.package_name }}.schema import EVENT_SCHEMA
 from {{ cookiecutter.package_name }}.session import PROVIDER_CLASSES, apply_confs
 
 from .conftest import (
+    ANY_PROVIDER,
     PROJECT_DIR,
     batch_expectation,
     clean_env,
@@ -179,7 +180,7 @@ def test_files_source_replayed_batch_is_written_once(spark, make_settings, tmp_p
 
 
 def test_files_source_archives_committed_files(spark, make_settings, tmp_path):
-    changes = files_job(tmp_path, "parquet", "hdfs", files=3)
+    changes = files_job(tmp_path, "parquet", ANY_PROVIDER, files=3)
     archive = tmp_path / "archive"
     changes["source"]["files"] |= {"clean_source": "archive", "archive_dir": str(archive)}
     settings = make_settings(changes)
@@ -198,7 +199,7 @@ def test_files_source_archives_committed_files(spark, make_settings, tmp_path):
 
 @pytest.mark.parametrize("file_format", ["csv", "parquet"])
 def test_files_source_reads_csv_and_parquet(spark, make_settings, tmp_path, file_format):
-    changes = files_job(tmp_path, "parquet", "hdfs", files=3)
+    changes = files_job(tmp_path, "parquet", ANY_PROVIDER, files=3)
     json_settings = make_settings(changes)
     landing = tmp_path / f"landing-{file_format}"
     landing.mkdir()

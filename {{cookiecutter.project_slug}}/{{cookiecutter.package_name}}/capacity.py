@@ -1,7 +1,8 @@
 """State store sizing: the napkin math that picks the provider.
 
-rows = watermark x input rate; bytes = rows x bytes per row; per partition = bytes / partitions;
-projected = per partition x growth factor. At or above 1 GiB per partition: RocksDB.
+The headline is the seed rule, rows = watermark x input rate. Each operator then counts its own
+rows (FORMULAS); bytes = rows x bytes per row; per partition = bytes / partitions; projected =
+per partition x growth factor. At or above 1 GiB per partition: RocksDB.
 
 Standard library only, no relative imports: the template's hooks load this very file (the
 pre-generation hook from the template, the post-generation hook from the generated project),
@@ -10,6 +11,7 @@ under cookiecutter's Python, so the estimate exists once.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 
@@ -21,12 +23,42 @@ NEAR_THRESHOLD_SHARE = 0.25
 # What each stateful operator keeps, and so which formula sizes it.
 FORMULAS = {
     "windowed_aggregation": (
-        "one row per (key, window) seen within the watermark; rows = watermark x rate is its upper"
-        " bound (every event a new key), reached when keys are as many as events"
+        "one row per (key, window) until the watermark passes the window's end: rows = open windows x keys per window"
     ),
-    "deduplication": (
-        "one row per event id, kept until the watermark passes the event's time: rows = watermark x rate"
+    "deduplication": "one row per event id, kept until the watermark passes the event's time: rows = watermark x rate",
+    "stream_stream_join": (
+        "each side keeps its rows until no row of the other side can match them:"
+        " rows = left rate x (watermark + range) + right rate x watermark"
     ),
+    "custom_state": (
+        "one value-state row (and one timer) per active key, until the watermark passes its last event"
+        " plus the session timeout: rows = active keys"
+    ),
+}
+# The operator-specific inputs, their defaults, and the setting each comes from.
+SHAPE_DEFAULTS = {
+    "window": "1 minute",
+    "key_cardinality": None,  # unknown: every event may be a new key (the upper bound)
+    "join_input_rows_per_second": None,  # unknown: the same as the input rate
+    "join_range": "15 minutes",
+    "session_timeout": "30 minutes",
+}
+SHAPE_INPUTS = {
+    "windowed_aggregation": ("window", "key_cardinality"),
+    "deduplication": (),
+    "stream_stream_join": ("join_input_rows_per_second", "join_range"),
+    "custom_state": ("session_timeout", "key_cardinality"),
+}
+UNSET_MEANS = {
+    "key_cardinality": "unknown, so every event is taken as a new key (the upper bound; set it for a tighter figure)",
+    "join_input_rows_per_second": "not set, so the input rate is used",
+}
+SHAPE_SETTINGS = {
+    "window": "query.window",
+    "key_cardinality": "capacity.key_cardinality",
+    "join_input_rows_per_second": "capacity.join_input_rows_per_second",
+    "join_range": "query.join.range",
+    "session_timeout": "query.custom_state.session_timeout",
 }
 
 # Units Spark's interval parser accepts for a watermark. Months and years are refused on
@@ -91,6 +123,11 @@ class Estimate:
     input_rows_per_second: float
     watermark: str
     watermark_seconds: float
+    # The seed rule, watermark x rate: the headline, and exact for deduplication.
+    headline_rows: int
+    # The operator's own formula with its figures, and the inputs it used.
+    rows_working: str
+    shape: dict[str, object]
     state_bytes_per_row: int
     shuffle_partitions: int
     growth_factor: float
@@ -112,17 +149,25 @@ def estimate(
     shuffle_partitions: int,
     growth_factor: float = 1.0,
     operator: str = "windowed_aggregation",
+    **shape: object,
 ) -> Estimate:
-    """Napkin math for the state a watermarked query keeps; see the module docstring."""
+    """Napkin math for the state a watermarked query keeps; see the module docstring.
+
+    `shape` takes the operator's own inputs (SHAPE_DEFAULTS names them); None means the default.
+    """
     if operator not in FORMULAS:
         raise ValueError(f"operator must be one of {', '.join(FORMULAS)}, got {operator!r}")
+    unknown = sorted(set(shape) - set(SHAPE_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown sizing input {unknown[0]!r}; use {', '.join(SHAPE_DEFAULTS)}")
     _require_positive("input_rows_per_second", input_rows_per_second)
     _require_positive("state_bytes_per_row", state_bytes_per_row)
     _require_positive("shuffle_partitions", shuffle_partitions)
     if growth_factor < 1:
         raise ValueError(f"growth_factor must be 1 or more (state does not shrink), got {growth_factor}")
-    seconds = parse_duration(watermark)
-    rows = round(seconds * input_rows_per_second)
+    seconds = _positive_duration("watermark", watermark)
+    inputs = {name: SHAPE_DEFAULTS[name] if shape.get(name) is None else shape[name] for name in SHAPE_INPUTS[operator]}
+    rows, working = _ROWS[operator](input_rows_per_second, seconds, **inputs)
     total_bytes = rows * state_bytes_per_row
     per_partition = total_bytes // shuffle_partitions
     projected = round(per_partition * growth_factor)
@@ -133,6 +178,9 @@ def estimate(
         input_rows_per_second=input_rows_per_second,
         watermark=watermark,
         watermark_seconds=seconds,
+        headline_rows=round(seconds * input_rows_per_second),
+        rows_working=working,
+        shape=inputs,
         state_bytes_per_row=state_bytes_per_row,
         shuffle_partitions=shuffle_partitions,
         growth_factor=growth_factor,
@@ -143,6 +191,78 @@ def estimate(
         threshold_bytes=ROCKSDB_THRESHOLD_BYTES,
         recommended_provider=provider,
     )
+
+
+def _aggregation_rows(rate: float, watermark_s: float, window: str, key_cardinality: int | None) -> tuple[int, str]:
+    # A window's state lives until the watermark passes its end: the window holding the newest
+    # event plus those ending within the watermark delay before it.
+    window_s = _positive_duration("window", window)
+    open_windows = math.ceil(watermark_s / window_s) + 1
+    events_per_window = round(rate * window_s)
+    if key_cardinality is None:
+        keys, why = events_per_window, "key cardinality unknown: every event a new key, rate x window"
+    else:
+        _require_positive("key_cardinality", key_cardinality)
+        keys = min(int(key_cardinality), events_per_window)
+        why = f"min({_num(key_cardinality)} keys, {_num(events_per_window)} events per window)"
+    rows = open_windows * keys
+    return rows, (
+        f"{open_windows} open windows (watermark / window {window}, rounded up, + 1)"
+        f" x {_num(keys)} keys per window ({why}) = {_num(rows)} rows"
+    )
+
+
+def _deduplication_rows(rate: float, watermark_s: float) -> tuple[int, str]:
+    rows = round(rate * watermark_s)
+    return rows, f"{_num(watermark_s)} s x {_num(rate)} rows/s = {_num(rows)} rows"
+
+
+def _join_rows(
+    rate: float, watermark_s: float, join_input_rows_per_second: float | None, join_range: str
+) -> tuple[int, str]:
+    # A left row waits for right rows up to `range` after it, and those may be up to the watermark
+    # late; a right row waits only for left rows still to come within the watermark.
+    right_rate = rate if join_input_rows_per_second is None else join_input_rows_per_second
+    _require_positive("join_input_rows_per_second", right_rate)
+    range_s = _positive_duration("join_range", join_range)
+    left = round(rate * (watermark_s + range_s))
+    right = round(right_rate * watermark_s)
+    return left + right, (
+        f"left {_num(rate)} rows/s x ({_num(watermark_s)} s + range {_num(range_s)} s) = {_num(left)}"
+        f" + right {_num(right_rate)} rows/s x {_num(watermark_s)} s = {_num(right)}; = {_num(left + right)} rows"
+    )
+
+
+def _custom_state_rows(
+    rate: float, watermark_s: float, session_timeout: str, key_cardinality: int | None
+) -> tuple[int, str]:
+    # A key stays active until the watermark passes its last event plus the timeout.
+    timeout_s = _positive_duration("session_timeout", session_timeout)
+    events = round(rate * (timeout_s + watermark_s))
+    if key_cardinality is None:
+        keys, why = events, "key cardinality unknown: every event a new key"
+    else:
+        _require_positive("key_cardinality", key_cardinality)
+        keys, why = min(int(key_cardinality), events), f"min({_num(key_cardinality)} keys, {_num(events)} events)"
+    return keys, (
+        f"active keys within timeout {_num(timeout_s)} s + watermark {_num(watermark_s)} s"
+        f" at {_num(rate)} rows/s ({why}) = {_num(keys)} rows"
+    )
+
+
+_ROWS = {
+    "windowed_aggregation": _aggregation_rows,
+    "deduplication": _deduplication_rows,
+    "stream_stream_join": _join_rows,
+    "custom_state": _custom_state_rows,
+}
+
+
+def _positive_duration(name: str, text: object) -> float:
+    try:
+        return parse_duration(text)  # type: ignore[arg-type]
+    except DurationError as error:
+        raise DurationError(f"{name} {error}") from None
 
 
 def _require_positive(name: str, value: float) -> None:
@@ -165,8 +285,18 @@ def decide(requested_provider: str, changelog_checkpointing: bool, sizing: Estim
     if requested_provider not in ("auto", "hdfs", "rocksdb"):
         raise ValueError(f"provider must be auto, hdfs or rocksdb, got {requested_provider!r}")
     recommended = sizing.recommended_provider
-    provider = recommended if requested_provider == "auto" else requested_provider
     notes = []
+    if sizing.operator == "custom_state":
+        # Spark runs transformWithState on the RocksDB store only, whatever the size.
+        if requested_provider == "hdfs":
+            raise ValueError(
+                "custom_state needs the rocksdb state store (Spark runs transformWithState only on RocksDB);"
+                " answer rocksdb or auto for state_store_provider"
+            )
+        if recommended == "hdfs":
+            notes.append("rocksdb although the sizing says hdfs: Spark runs transformWithState only on RocksDB.")
+        recommended = "rocksdb"
+    provider = recommended if requested_provider == "auto" else requested_provider
     against = provider != recommended
     if against:
         notes.append(
@@ -192,8 +322,10 @@ def report(sizing: Estimate, decision: Decision | None = None) -> str:
     lines = [
         "State store sizing (napkin math)",
         f"  operator       = {e.operator}: {e.formula}",
-        f"  state rows     = watermark {e.watermark} ({_num(e.watermark_seconds)} s)"
-        f" x {_num(e.input_rows_per_second)} rows/s = {_num(e.rows)} rows",
+        f"  headline       = watermark {e.watermark} ({_num(e.watermark_seconds)} s)"
+        f" x {_num(e.input_rows_per_second)} rows/s = {_num(e.headline_rows)} rows (state kept for the watermark)",
+        f"  state rows     = {e.rows_working}",
+        f"  inputs         = {_inputs(e)}",
         f"  state bytes    = {_num(e.rows)} rows x {_num(e.state_bytes_per_row)} B"
         f" = {_num(e.total_bytes)} B ({_human_bytes(e.total_bytes)})",
         f"  per partition  = {_num(e.total_bytes)} B / {_num(e.shuffle_partitions)} partitions"
@@ -212,6 +344,17 @@ def report(sizing: Estimate, decision: Decision | None = None) -> str:
         " checkpoint and reprocessing."
     )
     return "\n".join(lines)
+
+
+def _inputs(e: Estimate) -> str:
+    """The operator's own inputs, where each is set, and which are still guesses."""
+    if not e.shape:
+        return "watermark and rate only"
+    parts = []
+    for name, value in e.shape.items():
+        shown = UNSET_MEANS[name] if value is None else _num(value) if isinstance(value, (int, float)) else value
+        parts.append(f"{name} {shown} ({SHAPE_SETTINGS[name]})")
+    return "; ".join(parts)
 
 
 def _reason(e: Estimate, share: float) -> str:

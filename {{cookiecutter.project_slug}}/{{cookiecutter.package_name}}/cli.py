@@ -17,6 +17,8 @@ from .delta_writer import MissingPackageError, require_deltalake
 from .java import JavaError
 from .settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_settings
 
+# More keys than sample events: every order is its own key, so a payment matches one order.
+UNIQUE_KEYS = 10**9
 EXIT_QUERY_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_MISSING_DEPENDENCY = 3
@@ -72,6 +74,11 @@ def parser() -> argparse.ArgumentParser:
     estimate.add_argument(
         "--operator", choices=list(capacity.FORMULAS), help="the stateful operator (default: from settings)"
     )
+    estimate.add_argument("--window", help="windowed_aggregation: window length, such as '1 minute'")
+    estimate.add_argument("--keys", type=positive_int, help="windowed_aggregation, custom_state: distinct keys")
+    estimate.add_argument("--join-rate", type=positive_float, help="stream_stream_join: join_source rows per second")
+    estimate.add_argument("--join-range", help="stream_stream_join: the join's time range, such as '15 minutes'")
+    estimate.add_argument("--session-timeout", help="custom_state: inactivity that closes a session")
     estimate.add_argument("--json", action="store_true", help="print JSON instead of the report")
 
     needed = commands.add_parser(
@@ -85,9 +92,18 @@ def parser() -> argparse.ArgumentParser:
     add_settings_argument(sample)
     sample.add_argument("--files", type=positive_int, default=6, help="files to add (default: %(default)s)")
     sample.add_argument("--events-per-file", type=positive_int, default=1000, help="(default: %(default)s)")
-    sample.add_argument("--keys", type=positive_int, default=100, help="distinct keys (default: %(default)s)")
     sample.add_argument(
-        "--advance", help="event time covered by each file (default: query.watermark, so windows close quickly)"
+        "--keys", type=positive_int, help="distinct keys (default: 100; stream_stream_join: one per order)"
+    )
+    sample.add_argument(
+        "--advance",
+        help="event time covered by each file (default: query.watermark, so windows close quickly;"
+        " custom_state: twice the session timeout, so sessions end)",
+    )
+    sample.add_argument(
+        "--run-length",
+        type=positive_int,
+        help="consecutive events sharing a key (default: 10 for custom_state, making sessions; else 1)",
     )
 
     show = commands.add_parser("show-output", help="print what the parquet or delta sink has written")
@@ -118,26 +134,32 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_MISSING_DEPENDENCY
 
 
+# estimate flag -> (Settings -> its value): what a missing flag falls back to.
+ESTIMATE_FROM_SETTINGS = {
+    "rate": lambda s: s.capacity.input_rows_per_second,
+    "watermark": lambda s: s.query.watermark,
+    "bytes_per_row": lambda s: s.capacity.state_bytes_per_row,
+    "partitions": lambda s: s.spark.shuffle_partitions,
+    "growth": lambda s: s.capacity.state_growth_factor,
+    "operator": lambda s: s.query.operator,
+    "window": lambda s: s.query.window,
+    "keys": lambda s: s.capacity.key_cardinality,
+    "join_rate": lambda s: s.capacity.join_input_rows_per_second,
+    "join_range": lambda s: s.query.join.range,
+    "session_timeout": lambda s: s.query.custom_state.session_timeout,
+}
+# Without these the estimate needs the settings file; the others have defaults.
+ESTIMATE_REQUIRED = ("rate", "watermark", "bytes_per_row", "partitions", "operator")
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
-    inputs = {
-        "rate": args.rate,
-        "watermark": args.watermark,
-        "bytes_per_row": args.bytes_per_row,
-        "partitions": args.partitions,
-        "growth": args.growth,
-        "operator": args.operator,
-    }
-    if any(value is None for name, value in inputs.items() if name != "growth"):
+    inputs = {name: getattr(args, name) for name in ESTIMATE_FROM_SETTINGS}
+    if any(inputs[name] is None for name in ESTIMATE_REQUIRED):
         settings = load_settings(args.settings)
-        defaults = {
-            "rate": settings.capacity.input_rows_per_second,
-            "watermark": settings.query.watermark,
-            "bytes_per_row": settings.capacity.state_bytes_per_row,
-            "partitions": settings.spark.shuffle_partitions,
-            "growth": settings.capacity.state_growth_factor,
-            "operator": settings.query.operator,
+        inputs = {
+            name: read(settings) if inputs[name] is None else inputs[name]
+            for name, read in ESTIMATE_FROM_SETTINGS.items()
         }
-        inputs = {name: defaults[name] if value is None else value for name, value in inputs.items()}
     try:
         sizing = capacity.estimate(
             inputs["rate"],
@@ -146,6 +168,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             inputs["partitions"],
             inputs["growth"] or 1.0,
             inputs["operator"],
+            window=inputs["window"],
+            key_cardinality=inputs["keys"],
+            join_input_rows_per_second=inputs["join_rate"],
+            join_range=inputs["join_range"],
+            session_timeout=inputs["session_timeout"],
         )
     except ValueError as error:
         print(f"estimate error: {error}", file=sys.stderr)
@@ -186,8 +213,9 @@ def startup_line(settings: Settings, spark_version: str, master: str) -> str:
     store = settings.state_store
     changelog = " with changelog checkpointing" if store.changelog_checkpointing else ""
     writer = f" ({settings.sink.delta_writer})" if settings.sink.delta_writer else ""
+    sources = " + ".join(source.type for source in settings.inputs.values())
     return (
-        f"{settings.query.name}: Spark {spark_version} on {master}, {settings.source.type} -> {settings.sink.type}"
+        f"{settings.query.name}: Spark {spark_version} on {master}, {sources} -> {settings.sink.type}"
         f"{writer}, state store {store.provider}{changelog}, {settings.spark.shuffle_partitions} shuffle partitions,"
         f" checkpoint {settings.query.checkpoint_location}"
     )
@@ -199,15 +227,31 @@ def cmd_sample_input(args: argparse.Namespace) -> int:
     from .sample_input import write_sample_files
 
     settings = load_settings(args.settings)
+    operator = settings.query.operator
     advance = args.advance or settings.query.watermark
+    if args.advance is None and operator == "custom_state":
+        advance = f"{2 * capacity.parse_duration(settings.query.custom_state.session_timeout)} seconds"
     try:
         seconds = capacity.parse_duration(advance)
     except ValueError as error:
         print(f"sample-input error: --advance {advance!r}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    run_length = args.run_length or (10 if operator == "custom_state" else 1)
+    keys = args.keys or (UNIQUE_KEYS if operator == "stream_stream_join" else 100)
+    shape = (args.files, args.events_per_file, keys, timedelta(seconds=seconds), run_length)
     directory = settings.source.files.path
-    written = write_sample_files(directory, args.files, args.events_per_file, args.keys, timedelta(seconds=seconds))
-    print(f"wrote {len(written)} files of {args.events_per_file} events ({args.keys} keys) to {directory}")
+    write_sample_files(directory, *shape)
+    key_text = "a key per event" if keys == UNIQUE_KEYS else f"{keys} keys"
+    if run_length > 1:
+        key_text += f" in runs of {run_length}"
+    print(f"wrote {args.files} files of {args.events_per_file} events ({key_text}) to {directory}")
+    if settings.join_source is not None:
+        # Payments a quarter, three quarters and one and a half join ranges after their orders:
+        # two of three match, the third comes too late; every fifth order is never paid.
+        join_range = capacity.parse_duration(settings.query.join.range)
+        delays = tuple(timedelta(seconds=join_range * share) for share in (0.25, 0.75, 1.5))
+        write_sample_files(settings.join_source.files.path, *shape, payment_delays=delays)
+        print(f"wrote {args.files} files of their payments to {settings.join_source.files.path}")
     return 0
 
 

@@ -36,10 +36,11 @@ def spark_minor(version: str) -> str:
 
 def required_connectors(settings: Settings, spark_version: str = pyspark.__version__) -> list[Connector]:
     connectors = []
-    if settings.source.type == "kafka":
+    kafka_inputs = [section for section, source in settings.inputs.items() if source.type == "kafka"]
+    if kafka_inputs:
         connectors.append(
             Connector(
-                "source.type kafka",
+                " and ".join(f"{section}.type kafka" for section in kafka_inputs),
                 f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{spark_version}",
                 "org.apache.spark.sql.kafka010.KafkaSourceProvider",
             )

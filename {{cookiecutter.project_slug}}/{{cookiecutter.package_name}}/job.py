@@ -11,21 +11,30 @@ from .progress import ProgressPrinter
 from .settings import QuerySettings, Settings
 from .sinks import start_query
 from .sources import read_events
-from .transforms import deduplicated, windowed_count
+from .transforms import deduplicated, joined, windowed_count
 
 POLL_SECONDS = 0.2
 
 
 def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
-    """The whole query as a DataFrame: source, then the stateful transform."""
+    """The whole query as a DataFrame: the source (and join_source for a join), then the stateful transform."""
     events = read_events(spark, settings.source)
-    return apply_operator(events, settings.query)
+    join_events = None if settings.join_source is None else read_events(spark, settings.join_source)
+    return apply_operator(events, settings.query, join_events)
 
 
-def apply_operator(events: DataFrame, query: QuerySettings) -> DataFrame:
+def apply_operator(events: DataFrame, query: QuerySettings, join_events: DataFrame | None = None) -> DataFrame:
     """The configured stateful operator on a stream (or, in tests, on batch data) of events."""
     if query.operator == "deduplication":
         return deduplicated(events, query.watermark)
+    if query.operator == "stream_stream_join":
+        if join_events is None:
+            raise ValueError("stream_stream_join needs the events of join_source")
+        return joined(events, join_events, query.watermark, query.join.range, query.join.type)
+    if query.operator == "custom_state":
+        from .sessions import sessions  # imports pandas, which only this operator needs
+
+        return sessions(events, query.watermark, query.custom_state.session_timeout, query.custom_state.recent_events)
     return windowed_count(events, query.watermark, query.window)
 
 

@@ -15,6 +15,41 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 FILE_PATTERN = re.compile(r"^events-(\d{5})\.json$")
+START = datetime(2026, 1, 1, tzinfo=UTC)
+# Every UNPAID_EVERY-th order gets no payment (stream_stream_join samples).
+UNPAID_EVERY = 5
+
+
+def sample_events(
+    index: int,
+    events_per_file: int,
+    keys: int,
+    advance_per_file: timedelta,
+    run_length: int = 1,
+    start: datetime = START,
+) -> list[dict[str, str]]:
+    """The events of file `index`: event j lies j/events_per_file of the way into the file's stretch of time.
+
+    Event number n has key key-((n // run_length) mod keys): run_length > 1 gives each key runs of
+    consecutive events, that is, visit sessions (custom_state).
+    """
+    begins = start + index * advance_per_file
+    events = []
+    for j in range(events_per_file):
+        number = index * events_per_file + j
+        moment = begins + advance_per_file * j / events_per_file
+        key = f"key-{(number // run_length) % keys}"
+        events.append({"event_id": f"evt-{number}", "key": key, "event_time": _iso(moment)})
+    return events
+
+
+def sample_payment(event: dict[str, str], delays: tuple[timedelta, ...]) -> dict[str, str] | None:
+    """The payment of an order event (the join's right side): none for every fifth, else after a delay."""
+    number = int(event["event_id"].removeprefix("evt-"))
+    if number % UNPAID_EVERY == UNPAID_EVERY - 1:
+        return None
+    paid = datetime.fromisoformat(event["event_time"]) + delays[number % len(delays)]
+    return {"event_id": f"pay-{number}", "key": event["key"], "event_time": _iso(paid)}
 
 
 def write_sample_files(
@@ -23,26 +58,21 @@ def write_sample_files(
     events_per_file: int,
     keys: int,
     advance_per_file: timedelta,
-    start: datetime = datetime(2026, 1, 1, tzinfo=UTC),
+    run_length: int = 1,
+    payment_delays: tuple[timedelta, ...] | None = None,
+    start: datetime = START,
 ) -> list[Path]:
-    """Append `files` files after any earlier ones; file i holds events stamped from start + i * advance.
-
-    Event j of file i has key key-((i * events_per_file + j) mod keys) and lies j/events_per_file
-    of the way into the file's stretch of event time, so event time only moves forward.
-    """
+    """Append `files` files of sample_events after any earlier ones; with payment_delays, their payments."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     first = 1 + max((int(m.group(1)) for p in directory.iterdir() if (m := FILE_PATTERN.match(p.name))), default=-1)
     base_mtime_ns = time.time_ns()
     written = []
     for index in range(first, first + files):
-        begins = start + index * advance_per_file
-        lines = []
-        for j in range(events_per_file):
-            number = index * events_per_file + j
-            event_time = begins + advance_per_file * j / events_per_file
-            event = {"event_id": f"evt-{number}", "key": f"key-{number % keys}", "event_time": _iso(event_time)}
-            lines.append(json.dumps(event))
+        events = sample_events(index, events_per_file, keys, advance_per_file, run_length, start)
+        if payment_delays is not None:
+            events = [payment for event in events if (payment := sample_payment(event, payment_delays))]
+        lines = [json.dumps(event) for event in events]
         path = directory / f"events-{index:05d}.json"
         hidden = directory / f".{path.name}.tmp"
         hidden.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
@@ -80,6 +83,9 @@ def build_session(settings: Settings, with_connectors: bool = True) -> SparkSess
     # spark-submit always decides the master (its default is local[*]); settings apply to `python main.py`.
     if not launched_by_spark_submit():
         builder = builder.master(settings.spark.master)
+        # Python workers (custom_state runs Python per key) use this interpreter and its packages,
+        # not whichever python3 comes first on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     confs = spark_confs(settings)
     if with_connectors:
         confs.update(static_confs(settings, launched_by_spark_submit()))

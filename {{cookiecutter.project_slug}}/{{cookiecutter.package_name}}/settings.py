@@ -264,13 +264,27 @@ class SinkSettings(Section):
         return self
 
 
+OPERATORS = ("windowed_aggregation", "deduplication", "stream_stream_join", "custom_state")
+
+
+class JoinSettings(Section):
+    type: Literal["inner", "left_outer"] = Field("inner", description="inner or left_outer")
+    # A right (join_source) row matches a left row when its time is within this long after the left row's.
+    range: Duration = Field("15 minutes", description="a Spark interval such as '15 minutes'")
+
+
+class CustomStateSettings(Section):
+    session_timeout: Duration = Field("30 minutes", description="a Spark interval such as '30 minutes'")
+    recent_events: int = Field(5, gt=0, description="a whole number of event ids greater than zero")
+
+
 class QuerySettings(Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", description="letters, digits, '_', '.', '-'")
-    operator: Literal["windowed_aggregation", "deduplication"] = Field(
-        description="windowed_aggregation or deduplication"
-    )
+    operator: Literal[OPERATORS] = Field(description=", ".join(OPERATORS[:-1]) + " or " + OPERATORS[-1])
     watermark: Duration = Field(description="a Spark interval such as '10 minutes'")
     window: Duration = Field("1 minute", description="a Spark interval such as '1 minute'")
+    join: JoinSettings = Field(default_factory=JoinSettings)
+    custom_state: CustomStateSettings = Field(default_factory=CustomStateSettings)
     checkpoint_location: str = Field(min_length=1, description="a directory path or URI")
     trigger: str = Field("10 seconds", description="an interval such as '10 seconds', or available_now")
 
@@ -282,6 +296,12 @@ class QuerySettings(Section):
 
 class CapacitySettings(Section):
     input_rows_per_second: float = Field(gt=0, description="rows per second greater than zero")
+    # Distinct keys (windowed_aggregation, custom_state); null: unknown, every event may be a new key.
+    key_cardinality: int | None = Field(None, gt=0, description="a whole number of keys greater than zero, or null")
+    # stream_stream_join: the rate of join_source; null: the same as input_rows_per_second.
+    join_input_rows_per_second: float | None = Field(
+        None, gt=0, description="rows per second greater than zero, or null"
+    )
     state_bytes_per_row: int = Field(gt=0, description="bytes greater than zero")
     state_growth_factor: float = Field(1.0, ge=1, description="a number of 1 or more")
 
@@ -294,40 +314,66 @@ class Settings(BaseSettings):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     state_store: StateStoreSettings
     source: SourceSettings = Field(default_factory=SourceSettings)
+    # The second (right) input of stream_stream_join, such as payments beside orders; null otherwise.
+    join_source: SourceSettings | None = None
     sink: SinkSettings
     query: QuerySettings
     capacity: CapacitySettings
 
+    @property
+    def inputs(self) -> dict[str, SourceSettings]:
+        """The sources the query reads, by settings section: source, and join_source for a join."""
+        if self.join_source is None:
+            return {"source": self.source}
+        return {"source": self.source, "join_source": self.join_source}
+
     @model_validator(mode="after")
     def _trigger_fits_source(self) -> Settings:
-        rate_by_clock = self.source.type == "rate" and self.source.rate.rows_per_batch is None
-        if self.query.trigger == "available_now" and rate_by_clock:
+        for section, source in self.inputs.items():
+            rate_by_clock = source.type == "rate" and source.rate.rows_per_batch is None
+            if self.query.trigger == "available_now" and rate_by_clock:
+                raise ValueError(
+                    f"query.trigger available_now does not work with the clock-driven rate source of {section}"
+                    f" (Spark runs one empty batch); set {section}.rate.rows_per_batch, or use an interval such"
+                    " as '10 seconds'"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _operator_fits_inputs_and_store(self) -> Settings:
+        operator = self.query.operator
+        if operator == "stream_stream_join" and self.join_source is None:
             raise ValueError(
-                "query.trigger available_now does not work with the clock-driven rate source (Spark runs one"
-                " empty batch); set source.rate.rows_per_batch, or use an interval such as '10 seconds'"
+                "query.operator is stream_stream_join but join_source is null; add a join_source section"
+                " for the second input (the same keys as source)"
+            )
+        if operator != "stream_stream_join" and self.join_source is not None:
+            raise ValueError(
+                f"join_source is set but query.operator is {operator}, which reads one input; set join_source"
+                " to null (or query.operator to stream_stream_join)"
+            )
+        if operator == "custom_state" and self.state_store.provider != "rocksdb":
+            raise ValueError(
+                "query.operator is custom_state but state_store.provider is hdfs: Spark runs"
+                " transformWithState only on the RocksDB state store; set state_store.provider to rocksdb"
+                " (with a new checkpoint if one exists)"
+            )
+        if operator in ("stream_stream_join", "custom_state") and self.sink.output_mode != "append":
+            raise ValueError(
+                f"query.operator is {operator} but sink.output_mode is {self.sink.output_mode}: {operator} emits"
+                " each row once, final, and Spark runs it in append mode only; set sink.output_mode to append"
+            )
+        both = self.join_source
+        if both and self.source.type == both.type == "files" and self.source.files.path == both.files.path:
+            raise ValueError(
+                f"join_source.files.path is {both.files.path!r}, the same directory as source.files.path;"
+                " give each input its own landing directory"
             )
         return self
 
     def problems_before_run(self) -> list[str]:
-        """What a run needs beyond valid settings: a landing directory that exists, secrets that are set."""
-        files = self.source.files
-        if self.source.type == "files" and "://" not in files.path and not Path(files.path).is_dir():
-            return [
-                f"source.files.path = {files.path!r}: no such directory; create it (files landing there are"
-                " read in order of arrival) or fix the path"
-            ]
-        if self.source.type != "kafka":
-            return []
-        kafka = self.source.kafka
-        needed = {f"source.kafka.secret_options.{key}": name for key, name in kafka.secret_options.items()}
-        if kafka.sasl_password_env is not None:
-            needed["source.kafka.sasl_password_env"] = kafka.sasl_password_env
-        return [
-            f"{field} = {name!r}: the environment variable {name} is not set (or is empty);"
-            " export it before starting the job"
-            for field, name in needed.items()
-            if not os.environ.get(name)
-        ]
+        """What a run needs beyond valid settings: landing directories that exist, secrets that are set."""
+        return [problem for section, source in self.inputs.items() for problem in _input_problems(section, source)]
 
     def sizing(self) -> capacity.Estimate:
         """The capacity estimate for these settings."""
@@ -338,7 +384,33 @@ class Settings(BaseSettings):
             shuffle_partitions=self.spark.shuffle_partitions,
             growth_factor=self.capacity.state_growth_factor,
             operator=self.query.operator,
+            window=self.query.window,
+            key_cardinality=self.capacity.key_cardinality,
+            join_input_rows_per_second=self.capacity.join_input_rows_per_second,
+            join_range=self.query.join.range,
+            session_timeout=self.query.custom_state.session_timeout,
         )
+
+
+def _input_problems(section: str, source: SourceSettings) -> list[str]:
+    files = source.files
+    if source.type == "files" and "://" not in files.path and not Path(files.path).is_dir():
+        return [
+            f"{section}.files.path = {files.path!r}: no such directory; create it (files landing there are"
+            " read in order of arrival) or fix the path"
+        ]
+    if source.type != "kafka":
+        return []
+    kafka = source.kafka
+    needed = {f"{section}.kafka.secret_options.{key}": name for key, name in kafka.secret_options.items()}
+    if kafka.sasl_password_env is not None:
+        needed[f"{section}.kafka.sasl_password_env"] = kafka.sasl_password_env
+    return [
+        f"{field} = {name!r}: the environment variable {name} is not set (or is empty);"
+        " export it before starting the job"
+        for field, name in needed.items()
+        if not os.environ.get(name)
+    ]
 
 
 def load_settings(path: Path | str = DEFAULT_SETTINGS_FILE, **overrides: Any) -> Settings:
@@ -393,18 +465,22 @@ def _resolve_paths(settings: Settings, base: Path) -> Settings:
         )
     query = settings.query.model_copy(update={"checkpoint_location": checkpoint})
     sink = settings.sink.model_copy(update={"path": absolute(settings.sink.path)})
-    files = settings.source.files
+    inputs = {section: _resolve_input(section, source, absolute) for section, source in settings.inputs.items()}
+    return settings.model_copy(update={"query": query, "sink": sink, **inputs})
+
+
+def _resolve_input(section: str, source: SourceSettings, absolute) -> SourceSettings:
+    files = source.files
     archive = None if files.archive_dir is None else absolute(files.archive_dir)
     files = files.model_copy(update={"path": absolute(files.path), "archive_dir": archive})
     if archive and "://" not in archive and Path(archive).is_relative_to(files.path):
         raise SettingsError(
             [
-                f"source.files.archive_dir = {archive!r}: is inside source.files.path {files.path!r}, where the"
-                " source would read its own archive; choose a directory outside it"
+                f"{section}.files.archive_dir = {archive!r}: is inside {section}.files.path {files.path!r}, where"
+                " the source would read its own archive; choose a directory outside it"
             ]
         )
-    source = settings.source.model_copy(update={"files": files})
-    return settings.model_copy(update={"query": query, "sink": sink, "source": source})
+    return source.model_copy(update={"files": files})
 
 
 def describe_errors(error: ValidationError, path: Path) -> list[str]:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from .capacity import parse_duration
 from .schema import EVENT_COLUMNS
 
 
@@ -57,3 +60,26 @@ def deduplicated(events: DataFrame, watermark: str) -> DataFrame:
         return events.dropDuplicates(["event_id"]).select(*EVENT_COLUMNS)
     watermarked = events.withWatermark("event_time", watermark)
     return watermarked.dropDuplicatesWithinWatermark(["event_id"]).select(*EVENT_COLUMNS)
+
+
+def joined(left: DataFrame, right: DataFrame, watermark: str, join_range: str, join_type: str) -> DataFrame:
+    """Each left event with the right events of the same key up to `join_range` after it.
+
+    Both sides carry the watermark, and the time range bounds the state: a left row is kept until the
+    watermark passes its time plus the range, a right row until the watermark passes its own time.
+    left_outer also emits a left row that found no match, with nulls, once the watermark passes it.
+    """
+    how = {"inner": "inner", "left_outer": "left_outer"}[join_type]
+    span = timedelta(seconds=parse_duration(join_range))
+    left = left.withWatermark("event_time", watermark).select(*EVENT_COLUMNS)
+    right = right.withWatermark("event_time", watermark).select(
+        F.col("key").alias("join_key"),
+        F.col("event_id").alias("join_event_id"),
+        F.col("event_time").alias("join_event_time"),
+    )
+    condition = (
+        (left.key == right.join_key)
+        & (right.join_event_time >= left.event_time)
+        & (right.join_event_time <= left.event_time + F.lit(span))
+    )
+    return left.join(right, condition, how).select(*EVENT_COLUMNS, "join_event_id", "join_event_time")

@@ -237,13 +237,16 @@ def write_settings(tmp_path: Path) -> Callable[..., Path]:
     """Write the project's settings.yaml with changes into tmp_path; return the file's path."""
 
     def write(changes: dict[str, Any] | None = None, name: str = "settings.yaml") -> Path:
-        data = deep_merge(yaml.safe_load(PROJECT_SETTINGS.read_text()), NEUTRAL_OPERATOR)
-        data = deep_merge(data, changes or {})
-        path = tmp_path / name
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-        return path
+        return write_settings_file(tmp_path / name, changes)
 
     return write
+
+
+def write_settings_file(path: Path, changes: dict[str, Any] | None = None) -> Path:
+    """The project's settings.yaml (with NEUTRAL_OPERATOR) plus changes, written to path."""
+    data = deep_merge(yaml.safe_load(PROJECT_SETTINGS.read_text()), NEUTRAL_OPERATOR)
+    path.write_text(yaml.safe_dump(deep_merge(data, changes or {}), sort_keys=False))
+    return path
 
 
 @pytest.fixture

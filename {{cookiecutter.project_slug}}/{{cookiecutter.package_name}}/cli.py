@@ -1,7 +1,8 @@
 """Command line: run the job, size the state, look at the output.
 
 Exit codes: 0 done, 1 the query failed, 2 bad settings or arguments, 3 something the job needs is
-missing from this machine (Java, a connector JAR, the deltalake package).
+missing from this machine (Java, a connector JAR, the deltalake package), 4 the settings disagree
+with the existing checkpoint (nothing was started or changed).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from . import capacity
 from .connectors import ConnectorError, packages
 from .delta_writer import MissingPackageError, require_deltalake
+from .guard import CheckpointUnreadable, GuardReport, check_checkpoint
 from .java import JavaError
 from .settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_settings
 
@@ -22,6 +24,7 @@ UNIQUE_KEYS = 10**9
 EXIT_QUERY_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_MISSING_DEPENDENCY = 3
+EXIT_CHECKPOINT_DRIFT = 4
 MISSING_DEPENDENCY_PREFIXES = {
     JavaError: "java error",
     ConnectorError: "connector error",
@@ -81,6 +84,11 @@ def parser() -> argparse.ArgumentParser:
     estimate.add_argument("--session-timeout", help="custom_state: inactivity that closes a session")
     estimate.add_argument("--json", action="store_true", help="print JSON instead of the report")
 
+    check = commands.add_parser(
+        "check", help="compare settings with the existing checkpoint, without starting Spark (exit 4 on drift)"
+    )
+    add_settings_argument(check)
+
     needed = commands.add_parser(
         "packages", help="print the --packages coordinates spark-submit needs for these settings (may be empty)"
     )
@@ -121,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "sample-input":
             return cmd_sample_input(args)
+        if args.command == "check":
+            return cmd_check(args)
         if args.command == "packages":
             print(packages(load_settings(args.settings)))
             return 0
@@ -132,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     except (JavaError, ConnectorError, MissingPackageError) as error:
         print(f"{MISSING_DEPENDENCY_PREFIXES[type(error)]}: {error}", file=sys.stderr)
         return EXIT_MISSING_DEPENDENCY
+    except CheckpointUnreadable as error:
+        print(f"checkpoint error: {error}; the checkpoint may be damaged", file=sys.stderr)
+        return EXIT_CHECKPOINT_DRIFT
 
 
 # estimate flag -> (Settings -> its value): what a missing flag falls back to.
@@ -186,6 +199,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     problems = settings.problems_before_run()
     if problems:
         raise SettingsError(problems)
+    if not guard_passes(check_checkpoint(settings)):
+        return EXIT_CHECKPOINT_DRIFT
     if settings.sink.delta_writer == "deltalake":
         require_deltalake()
     # Spark is imported only now, so that bad input never starts a JVM.
@@ -207,6 +222,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    report = check_checkpoint(load_settings(args.settings))
+    if not guard_passes(report):
+        return EXIT_CHECKPOINT_DRIFT
+    if report.last_batch is not None:
+        print(f"checkpoint {report.checkpoint}: consistent with the settings (last batch {report.last_batch})")
+    return 0
+
+
+def guard_passes(report: GuardReport) -> bool:
+    """Print the guard's notes, and each drift as one line on stderr; True when there is none."""
+    for note in report.notes:
+        print(f"checkpoint: {note}")
+    for drift in report.drifts:
+        print(f"checkpoint error: {drift.message(report.checkpoint)}", file=sys.stderr)
+    return report.consistent
 
 
 def startup_line(settings: Settings, spark_version: str, master: str) -> str:

@@ -18,9 +18,9 @@ from .conftest import clean_env, deep_merge, files_job, run_python, write_settin
 pytestmark = pytest.mark.streaming
 
 
-def run_checkpoint(spark, folder: Path, provider: str) -> dict:
-    """A real checkpoint: two landing files counted per window (2 partitions); returns its settings changes."""
-    changes = files_job(folder, "parquet", provider, files=2, operator="windowed_aggregation")
+def run_checkpoint(spark, folder: Path, provider: str, operator: str = "windowed_aggregation") -> dict:
+    """A real checkpoint: two landing files through the operator (2 partitions); returns its settings changes."""
+    changes = files_job(folder, "parquet", provider, files=2, operator=operator)
     settings = load_settings(write_settings_file(folder / "settings.yaml", changes))
     apply_confs(spark, settings)
     assert run_query(spark, settings).exception() is None
@@ -132,6 +132,19 @@ def test_changelog_checkpointing_may_be_toggled(spark, tmp_path):
     assert query.exception() is None
     assert query.lastProgress["batchId"] >= 3
     assert any((tmp_path / "checkpoint" / "state").glob("*/*/*.changelog"))
+
+
+def test_operator_change_is_refused_on_version_2_state_metadata(spark, tmp_path):
+    # transformWithState writes its operator metadata in the v2 layout (state/0/_metadata/v2/<n>).
+    changes = run_checkpoint(spark, tmp_path, "rocksdb", operator="custom_state")
+    assert (tmp_path / "checkpoint" / "state" / "0" / "_metadata" / "v2").is_dir()
+    path = write_settings_file(tmp_path / "other.yaml", deep_merge(changes, {"query": {"operator": "deduplication"}}))
+    check = cli("check", "--settings", str(path))
+    assert check.returncode == 4
+    assert check.stderr.startswith(
+        f"checkpoint error: query.operator is deduplication in settings, but the checkpoint {tmp_path / 'checkpoint'}"
+        " holds custom_state: "
+    )
 
 
 def test_damaged_offsets_file_is_named(tmp_path):

@@ -83,17 +83,26 @@ def check_checkpoint(settings: Settings) -> GuardReport:
 
 def latest_offsets(checkpoint: Path) -> tuple[int, dict[str, str]] | None:
     """(batch id, pinned confs) of the newest offsets file, or None without one."""
-    offsets = checkpoint / "offsets"
-    batches = sorted(int(path.name) for path in offsets.iterdir() if path.name.isdigit()) if offsets.is_dir() else []
-    if not batches:
+    path = _highest_numbered(checkpoint / "offsets")
+    if path is None:
         return None
-    path = offsets / str(batches[-1])
     lines = path.read_text(encoding="utf-8").splitlines()
     try:
         metadata = json.loads(lines[1])
     except (IndexError, json.JSONDecodeError):
         raise CheckpointUnreadable(f"{path}: not a Spark offsets file (no metadata line)") from None
-    return batches[-1], {key: str(value) for key, value in metadata.get("conf", {}).items()}
+    return int(path.name), {key: str(value) for key, value in metadata.get("conf", {}).items()}
+
+
+def _numbered(folder: Path) -> list[Path]:
+    """The entries of folder named by a number (batch, operator or version ids), in numeric order."""
+    entries = [path for path in folder.iterdir() if path.name.isdigit()] if folder.is_dir() else []
+    return sorted(entries, key=lambda path: int(path.name))
+
+
+def _highest_numbered(folder: Path) -> Path | None:
+    entries = _numbered(folder)
+    return entries[-1] if entries else None
 
 
 class CheckpointUnreadable(Exception):
@@ -154,9 +163,8 @@ def operator_drifts(settings: Settings, checkpoint: Path) -> list[Drift]:
 
 def stateful_operators(checkpoint: Path) -> list[dict]:
     """operatorInfo of each stateful operator from its state metadata file (v1 or v2), by operator id."""
-    state = checkpoint / "state"
     operators = []
-    for directory in sorted(state.iterdir(), key=lambda p: p.name) if state.is_dir() else []:
+    for directory in _numbered(checkpoint / "state"):
         metadata = _newest_metadata(directory / "_metadata")
         if metadata is None:
             continue
@@ -171,12 +179,7 @@ def stateful_operators(checkpoint: Path) -> list[dict]:
 def _newest_metadata(folder: Path) -> Path | None:
     if (folder / "metadata").is_file():  # version 1
         return folder / "metadata"
-    versions = (
-        sorted((path for path in (folder / "v2").iterdir() if path.name.isdigit()), key=lambda p: int(p.name))
-        if (folder / "v2").is_dir()
-        else []
-    )
-    return versions[-1] if versions else None
+    return _highest_numbered(folder / "v2")
 
 
 def changelog_notes(settings: Settings, checkpoint: Path) -> list[str]:

@@ -69,7 +69,6 @@ def joined(left: DataFrame, right: DataFrame, watermark: str, join_range: str, j
     watermark passes its time plus the range, a right row until the watermark passes its own time.
     left_outer also emits a left row that found no match, with nulls, once the watermark passes it.
     """
-    how = {"inner": "inner", "left_outer": "left_outer"}[join_type]
     span = timedelta(seconds=parse_duration(join_range))
     left = left.withWatermark("event_time", watermark).select(*EVENT_COLUMNS)
     right = right.withWatermark("event_time", watermark).select(
@@ -82,4 +81,5 @@ def joined(left: DataFrame, right: DataFrame, watermark: str, join_range: str, j
         & (right.join_event_time >= left.event_time)
         & (right.join_event_time <= left.event_time + F.lit(span))
     )
-    return left.join(right, condition, how).select(*EVENT_COLUMNS, "join_event_id", "join_event_time")
+    # join_type is inner or left_outer (settings allow no other), both Spark join type names as they are.
+    return left.join(right, condition, join_type).select(*EVENT_COLUMNS, "join_event_id", "join_event_time")

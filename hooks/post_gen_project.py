@@ -44,7 +44,8 @@ def decision_comment(sizing, decision) -> list[str]:
         f"  operator {e.operator}: {e.formula}",
         f"  headline rows = {e.watermark} x {e.input_rows_per_second:g} rows/s = {e.headline_rows:,}",
         f"  rows = {e.rows_working}",
-        f"  bytes = {e.rows:,} x {e.state_bytes_per_row} B = {e.total_bytes:,} B",
+        f"  bytes = {e.rows:,} x {e.state_bytes_per_row} B = {e.total_bytes:,} B; {e.state_bytes_per_row} B per row is",
+        f"    your answer, not a measurement: `python -m {PACKAGE} estimate --calibrate` measures it",
         f"  per partition = {e.total_bytes:,} B / {e.shuffle_partitions} = {e.bytes_per_partition:,} B",
         f"  x growth {e.growth_factor:g} = {e.projected_bytes_per_partition:,} B"
         f" (RocksDB from {e.threshold_bytes:,} B)",

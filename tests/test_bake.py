@@ -151,11 +151,15 @@ def test_default_bake_prints_the_worked_example(out, capfd):
     assert "= 6,600,000 rows" in printed
     assert "422,400,000 B" in printed
     assert "2,112,000 B" in printed
+    # The bytes per row are the answer, and the report says so, with the way to measure them.
+    assert "bytes per row  = 64 B: state_bytes_per_row as given, an assumption: `estimate --calibrate`" in printed
     assert "recommendation = hdfs" in printed
     assert "chosen         = hdfs, changelog checkpointing off" in printed
     text = (project / "settings.yaml").read_text()
     assert "#   headline rows = 10 minutes x 10000 rows/s = 6,000,000" in text
     assert "#   per partition = 422,400,000 B / 200 = 2,112,000 B" in text
+    assert "#   bytes = 6,600,000 x 64 B = 422,400,000 B; 64 B per row is" in text
+    assert "#     your answer, not a measurement: `python -m stream_job estimate --calibrate` measures it" in text
     assert "#   recommended: hdfs; requested: auto; written: hdfs" in text
     assert "# changelog checkpointing is written as off" in text
 

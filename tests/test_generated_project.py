@@ -12,11 +12,13 @@ pytestmark = pytest.mark.slow
 # (SIGKILL mid-batch, restart, compare with a batch job) into parquet and delta for both providers
 # (custom_state: RocksDB only), the replay, archive and csv/parquet tests. The default bake runs
 # everything; the others leave out the tests that name their own operator and source, and so run
-# the same in every project (every operator's streaming tests, the checkpoint guard, the
-# rate-source restarts, spark-submit), to keep CI short.
+# the same in every project (every operator's streaming tests, the checkpoint guard, inspect and
+# calibration on every operator, the rate-source restarts, spark-submit), to keep CI short.
 SAME_IN_EVERY_PROJECT = [
     "--ignore=tests/test_operators.py",
     "--ignore=tests/test_guard.py",
+    "--ignore=tests/test_inspect.py",
+    "--ignore=tests/test_calibration.py",
     "-k",
     "not exact_output_and_restart and not main_py",
 ]

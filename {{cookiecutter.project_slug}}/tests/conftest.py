@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import subprocess
 import sys
@@ -34,9 +35,23 @@ def run_python(*args: str, env: dict[str, str] | None = None, timeout: float = 3
     )
 
 
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m {{ cookiecutter.package_name }} args...` as a real process, without the developer's settings overrides."""
+    return run_python("-m", "{{ cookiecutter.package_name }}", *args, env=clean_env())
+
+
 def clean_env() -> dict[str, str]:
     """This environment without the developer's own settings overrides."""
     return {name: value for name, value in os.environ.items() if not name.upper().startswith(ENV_PREFIX)}
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """Every file under folder with a hash of its bytes."""
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
 
 
 def committed_batches(checkpoint: Path | str) -> list[int]:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from {{ cookiecutter.package_name }}.capacity import GIB, DurationError, decide, estimate, parse_duration, report
 
-from .conftest import run_python
+from .conftest import run_cli
 
 
 def test_worked_example():
@@ -251,10 +250,6 @@ def test_report_warns_near_the_threshold():
     text = report(estimate(1_000_000, "5 minutes", 100, 100))
     assert "recommendation = hdfs" in text
     assert "within 4x of the threshold" in text
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return run_python("-m", "{{ cookiecutter.package_name }}", *args)
 
 
 def test_estimate_command_json():

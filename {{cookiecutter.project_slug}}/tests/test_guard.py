@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from {{ cookiecutter.package_name }}.sample_input import write_sample_files
 from {{ cookiecutter.package_name }}.session import apply_confs
 from {{ cookiecutter.package_name }}.settings import load_settings
 
-from .conftest import clean_env, deep_merge, files_job, run_python, write_settings_file
+from .conftest import clean_env, deep_merge, digest, files_job, run_cli, run_python, write_settings_file
 
 pytestmark = pytest.mark.streaming
 
@@ -35,19 +34,6 @@ def checkpoints(spark, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
         folder = tmp_path_factory.mktemp(f"guard-{provider}")
         made[provider] = (folder, run_checkpoint(spark, folder, provider))
     return made
-
-
-def digest(folder: Path) -> dict[str, str]:
-    """Every file under folder with a hash of its bytes."""
-    return {
-        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(folder.rglob("*"))
-        if path.is_file()
-    }
-
-
-def cli(*args: str):
-    return run_python("-m", "{{ cookiecutter.package_name }}", *args, env=clean_env())
 
 
 DRIFTS = {
@@ -96,18 +82,18 @@ def test_drift_is_refused_and_the_checkpoint_untouched(checkpoints, provider, ch
         assert "changelog" not in run.stdout  # no word on changelogs across providers
     assert (digest(checkpoint), digest(output)) == before
 
-    check = cli("check", "--settings", str(path))
+    check = run_cli("check", "--settings", str(path))
     assert (check.returncode, check.stderr) == (4, run.stderr)
 
 
 def test_check_passes_on_a_consistent_checkpoint_and_without_one(checkpoints, tmp_path):
     folder, changes = checkpoints["hdfs"]
-    check = cli("check", "--settings", str(write_settings_file(folder / "same.yaml", changes)))
+    check = run_cli("check", "--settings", str(write_settings_file(folder / "same.yaml", changes)))
     assert (check.returncode, check.stderr) == (0, "")
     assert check.stdout == f"checkpoint {folder / 'checkpoint'}: consistent with the settings (last batch 2)\n"
 
     fresh = deep_merge(changes, {"query": {"checkpoint_location": str(tmp_path / "new")}})
-    check = cli("check", "--settings", str(write_settings_file(tmp_path / "fresh.yaml", fresh)))
+    check = run_cli("check", "--settings", str(write_settings_file(tmp_path / "fresh.yaml", fresh)))
     assert (check.returncode, check.stderr) == (0, "")
     assert check.stdout == f"checkpoint: no checkpoint yet at {tmp_path / 'new'}: this run starts one\n"
 
@@ -116,7 +102,7 @@ def test_changelog_checkpointing_may_be_toggled(spark, tmp_path):
     changes = run_checkpoint(spark, tmp_path, "rocksdb")
     toggled = deep_merge(changes, {"state_store": {"changelog_checkpointing": True}})
     path = write_settings_file(tmp_path / "toggled.yaml", toggled)
-    check = cli("check", "--settings", str(path))
+    check = run_cli("check", "--settings", str(path))
     assert check.returncode == 0, check.stderr
     assert (
         "checkpoint: changelog checkpointing is on; earlier runs wrote the state without changelog files."
@@ -139,7 +125,7 @@ def test_operator_change_is_refused_on_version_2_state_metadata(spark, tmp_path)
     changes = run_checkpoint(spark, tmp_path, "rocksdb", operator="custom_state")
     assert (tmp_path / "checkpoint" / "state" / "0" / "_metadata" / "v2").is_dir()
     path = write_settings_file(tmp_path / "other.yaml", deep_merge(changes, {"query": {"operator": "deduplication"}}))
-    check = cli("check", "--settings", str(path))
+    check = run_cli("check", "--settings", str(path))
     assert check.returncode == 4
     assert check.stderr.startswith(
         f"checkpoint error: query.operator is deduplication in settings, but the checkpoint {tmp_path / 'checkpoint'}"
@@ -154,7 +140,7 @@ def test_damaged_offsets_file_is_named(tmp_path):
     path = write_settings_file(
         tmp_path / "settings.yaml", {"query": {"checkpoint_location": str(tmp_path / "checkpoint")}}
     )
-    check = cli("check", "--settings", str(path))
+    check = run_cli("check", "--settings", str(path))
     assert check.returncode == 4
     assert check.stderr == (
         f"checkpoint error: {offsets / '0'}: not a Spark offsets file (no metadata line); the checkpoint may be damaged\n"

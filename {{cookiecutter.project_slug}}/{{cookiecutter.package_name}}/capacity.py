@@ -19,6 +19,9 @@ GIB = 1024**3
 ROCKSDB_THRESHOLD_BYTES = GIB
 # Below the threshold but within this share of it, the report warns that growth may cross it.
 NEAR_THRESHOLD_SHARE = 0.25
+ASSUMED_BYTES_PER_ROW = (
+    "state_bytes_per_row as given, an assumption: `estimate --calibrate` measures it for this query and provider"
+)
 
 # What each stateful operator keeps, and so which formula sizes it.
 FORMULAS = {
@@ -129,6 +132,8 @@ class Estimate:
     rows_working: str
     shape: dict[str, object]
     state_bytes_per_row: int
+    # Where state_bytes_per_row comes from: a guess until `estimate --calibrate` measures it.
+    bytes_per_row_source: str
     shuffle_partitions: int
     growth_factor: float
     rows: int
@@ -149,6 +154,7 @@ def estimate(
     shuffle_partitions: int,
     growth_factor: float = 1.0,
     operator: str = "windowed_aggregation",
+    bytes_per_row_source: str = ASSUMED_BYTES_PER_ROW,
     **shape: object,
 ) -> Estimate:
     """Napkin math for the state a watermarked query keeps; see the module docstring.
@@ -182,6 +188,7 @@ def estimate(
         rows_working=working,
         shape=inputs,
         state_bytes_per_row=state_bytes_per_row,
+        bytes_per_row_source=bytes_per_row_source,
         shuffle_partitions=shuffle_partitions,
         growth_factor=growth_factor,
         rows=rows,
@@ -204,17 +211,17 @@ def _aggregation_rows(rate: float, watermark_s: float, window: str, key_cardinal
     else:
         _require_positive("key_cardinality", key_cardinality)
         keys = min(int(key_cardinality), events_per_window)
-        why = f"min({_num(key_cardinality)} keys, {_num(events_per_window)} events per window)"
+        why = f"min({num(key_cardinality)} keys, {num(events_per_window)} events per window)"
     rows = open_windows * keys
     return rows, (
         f"{open_windows} open windows (watermark / window {window}, rounded up, + 1)"
-        f" x {_num(keys)} keys per window ({why}) = {_num(rows)} rows"
+        f" x {num(keys)} keys per window ({why}) = {num(rows)} rows"
     )
 
 
 def _deduplication_rows(rate: float, watermark_s: float) -> tuple[int, str]:
     rows = round(rate * watermark_s)
-    return rows, f"{_num(watermark_s)} s x {_num(rate)} rows/s = {_num(rows)} rows"
+    return rows, f"{num(watermark_s)} s x {num(rate)} rows/s = {num(rows)} rows"
 
 
 def _join_rows(
@@ -228,8 +235,8 @@ def _join_rows(
     left = round(rate * (watermark_s + range_s))
     right = round(right_rate * watermark_s)
     return left + right, (
-        f"left {_num(rate)} rows/s x ({_num(watermark_s)} s + range {_num(range_s)} s) = {_num(left)}"
-        f" + right {_num(right_rate)} rows/s x {_num(watermark_s)} s = {_num(right)}; = {_num(left + right)} rows"
+        f"left {num(rate)} rows/s x ({num(watermark_s)} s + range {num(range_s)} s) = {num(left)}"
+        f" + right {num(right_rate)} rows/s x {num(watermark_s)} s = {num(right)}; = {num(left + right)} rows"
     )
 
 
@@ -243,10 +250,10 @@ def _custom_state_rows(
         keys, why = events, "key cardinality unknown: every event a new key"
     else:
         _require_positive("key_cardinality", key_cardinality)
-        keys, why = min(int(key_cardinality), events), f"min({_num(key_cardinality)} keys, {_num(events)} events)"
+        keys, why = min(int(key_cardinality), events), f"min({num(key_cardinality)} keys, {num(events)} events)"
     return keys, (
-        f"active keys within timeout {_num(timeout_s)} s + watermark {_num(watermark_s)} s"
-        f" at {_num(rate)} rows/s ({why}) = {_num(keys)} rows"
+        f"active keys within timeout {num(timeout_s)} s + watermark {num(watermark_s)} s"
+        f" at {num(rate)} rows/s ({why}) = {num(keys)} rows"
     )
 
 
@@ -301,8 +308,8 @@ def decide(requested_provider: str, changelog_checkpointing: bool, sizing: Estim
     if against:
         notes.append(
             f"WARNING: you chose {provider} but the sizing recommends {recommended} "
-            f"({_human_bytes(sizing.projected_bytes_per_partition)} per partition against a "
-            f"{_human_bytes(sizing.threshold_bytes)} threshold). Your choice is kept; check it "
+            f"({human_bytes(sizing.projected_bytes_per_partition)} per partition against a "
+            f"{human_bytes(sizing.threshold_bytes)} threshold). Your choice is kept; check it "
             "before the first run, because the provider cannot be changed once the checkpoint exists."
         )
     changelog = changelog_checkpointing
@@ -322,16 +329,17 @@ def report(sizing: Estimate, decision: Decision | None = None) -> str:
     lines = [
         "State store sizing (napkin math)",
         f"  operator       = {e.operator}: {e.formula}",
-        f"  headline       = watermark {e.watermark} ({_num(e.watermark_seconds)} s)"
-        f" x {_num(e.input_rows_per_second)} rows/s = {_num(e.headline_rows)} rows (state kept for the watermark)",
+        f"  headline       = watermark {e.watermark} ({num(e.watermark_seconds)} s)"
+        f" x {num(e.input_rows_per_second)} rows/s = {num(e.headline_rows)} rows (state kept for the watermark)",
         f"  state rows     = {e.rows_working}",
         f"  inputs         = {_inputs(e)}",
-        f"  state bytes    = {_num(e.rows)} rows x {_num(e.state_bytes_per_row)} B"
-        f" = {_num(e.total_bytes)} B ({_human_bytes(e.total_bytes)})",
-        f"  per partition  = {_num(e.total_bytes)} B / {_num(e.shuffle_partitions)} partitions"
-        f" = {_num(e.bytes_per_partition)} B ({_human_bytes(e.bytes_per_partition)})",
-        f"  with growth    = x{_num(e.growth_factor)} = {_num(e.projected_bytes_per_partition)} B"
-        f" per partition ({share:.1%} of the {_human_bytes(e.threshold_bytes)} threshold)",
+        f"  bytes per row  = {num(e.state_bytes_per_row)} B: {e.bytes_per_row_source}",
+        f"  state bytes    = {num(e.rows)} rows x {num(e.state_bytes_per_row)} B"
+        f" = {num(e.total_bytes)} B ({human_bytes(e.total_bytes)})",
+        f"  per partition  = {num(e.total_bytes)} B / {num(e.shuffle_partitions)} partitions"
+        f" = {num(e.bytes_per_partition)} B ({human_bytes(e.bytes_per_partition)})",
+        f"  with growth    = x{num(e.growth_factor)} = {num(e.projected_bytes_per_partition)} B"
+        f" per partition ({share:.1%} of the {human_bytes(e.threshold_bytes)} threshold)",
         f"  recommendation = {e.recommended_provider}: {_reason(e, share)}",
     ]
     if decision is not None:
@@ -352,7 +360,7 @@ def _inputs(e: Estimate) -> str:
         return "watermark and rate only"
     parts = []
     for name, value in e.shape.items():
-        shown = UNSET_MEANS[name] if value is None else _num(value) if isinstance(value, (int, float)) else value
+        shown = UNSET_MEANS[name] if value is None else num(value) if isinstance(value, (int, float)) else value
         parts.append(f"{name} {shown} ({SHAPE_SETTINGS[name]})")
     return "; ".join(parts)
 
@@ -372,13 +380,13 @@ def _reason(e: Estimate, share: float) -> str:
     return reason
 
 
-def _num(value: float) -> str:
+def num(value: float) -> str:
     if float(value).is_integer():
         return f"{int(value):,}"
     return f"{value:,.3f}".rstrip("0")
 
 
-def _human_bytes(value: float) -> str:
+def human_bytes(value: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(value) < 1024 or unit == "TiB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"

@@ -11,16 +11,19 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import capacity
 from .connectors import ConnectorError, packages
 from .delta_writer import MissingPackageError, require_deltalake
 from .guard import CheckpointUnreadable, GuardReport, check_checkpoint
+from .inspection import InspectError
 from .java import JavaError
 from .settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_settings
 
-# More keys than sample events: every order is its own key, so a payment matches one order.
-UNIQUE_KEYS = 10**9
+if TYPE_CHECKING:
+    from .calibration import Calibration
+
 EXIT_QUERY_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_MISSING_DEPENDENCY = 3
@@ -39,6 +42,16 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give one greater than zero") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be greater than zero")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give 0 or more") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
     return value
 
 
@@ -82,12 +95,39 @@ def parser() -> argparse.ArgumentParser:
     estimate.add_argument("--join-rate", type=positive_float, help="stream_stream_join: join_source rows per second")
     estimate.add_argument("--join-range", help="stream_stream_join: the join's time range, such as '15 minutes'")
     estimate.add_argument("--session-timeout", help="custom_state: inactivity that closes a session")
+    estimate.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure the bytes per state row first: run this query briefly on sample files in a scratch"
+        " directory, with the settings' provider (about a minute)",
+    )
+    estimate.add_argument(
+        "--calibrate-events",
+        type=positive_int,
+        default=2000,
+        help="events per sample file of the calibration run, 6 files (default: %(default)s)",
+    )
     estimate.add_argument("--json", action="store_true", help="print JSON instead of the report")
 
     check = commands.add_parser(
         "check", help="compare settings with the existing checkpoint, without starting Spark (exit 4 on drift)"
     )
     add_settings_argument(check)
+
+    inspect = commands.add_parser(
+        "inspect", help="read the checkpoint's state: rows and bytes per partition, skew, kept batches, the estimate"
+    )
+    where = inspect.add_mutually_exclusive_group()
+    where.add_argument(
+        "--settings",
+        type=Path,
+        help=f"inspect query.checkpoint_location and compare with these settings' estimate (default: {DEFAULT_SETTINGS_FILE})",
+    )
+    where.add_argument("--checkpoint", help="inspect this checkpoint directory instead (no estimate to compare)")
+    inspect.add_argument(
+        "--batch-id", type=non_negative_int, help="the state as of this batch (default: the last committed one)"
+    )
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of the tables")
 
     needed = commands.add_parser(
         "packages", help="print the --packages coordinates spark-submit needs for these settings (may be empty)"
@@ -131,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_sample_input(args)
         if args.command == "check":
             return cmd_check(args)
+        if args.command == "inspect":
+            return cmd_inspect(args)
         if args.command == "packages":
             print(packages(load_settings(args.settings)))
             return 0
@@ -145,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointUnreadable as error:
         print(f"checkpoint error: {error}; the checkpoint may be damaged", file=sys.stderr)
         return EXIT_CHECKPOINT_DRIFT
+    except InspectError as error:
+        print(f"inspect error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 # estimate flag -> (Settings -> its value): what a missing flag falls back to.
@@ -167,12 +212,32 @@ ESTIMATE_REQUIRED = ("rate", "watermark", "bytes_per_row", "partitions", "operat
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     inputs = {name: getattr(args, name) for name in ESTIMATE_FROM_SETTINGS}
-    if any(inputs[name] is None for name in ESTIMATE_REQUIRED):
+    if args.calibrate and args.bytes_per_row is not None:
+        print("estimate error: give --bytes-per-row or --calibrate (which measures it), not both", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.calibrate or any(inputs[name] is None for name in ESTIMATE_REQUIRED):
         settings = load_settings(args.settings)
         inputs = {
             name: read(settings) if inputs[name] is None else inputs[name]
             for name, read in ESTIMATE_FROM_SETTINGS.items()
         }
+    calibration = None
+    if args.calibrate:
+        if inputs["operator"] != settings.query.operator:
+            print(
+                f"estimate error: --calibrate measures the query of the settings ({settings.query.operator});"
+                f" drop --operator {inputs['operator']}",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_INPUT
+        from .calibration import CalibrationError  # imports Spark: only when calibrating
+
+        try:
+            calibration = run_calibration(settings, args.calibrate_events)
+        except CalibrationError as error:
+            print(f"estimate error: {error}", file=sys.stderr)
+            return EXIT_QUERY_FAILED
+        inputs["bytes_per_row"] = calibration.bytes_per_row
     try:
         sizing = capacity.estimate(
             inputs["rate"],
@@ -181,6 +246,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             inputs["partitions"],
             inputs["growth"] or 1.0,
             inputs["operator"],
+            bytes_per_row_source=_bytes_source(args, calibration),
             window=inputs["window"],
             key_cardinality=inputs["keys"],
             join_input_rows_per_second=inputs["join_rate"],
@@ -190,8 +256,38 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"estimate error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(json.dumps(sizing.to_dict(), indent=2) if args.json else capacity.report(sizing))
+    if args.json:
+        result = sizing.to_dict()
+        if calibration is not None:
+            result["calibration"] = calibration.to_dict()
+        print(json.dumps(result, indent=2))
+    else:
+        print(capacity.report(sizing))
     return 0
+
+
+def _bytes_source(args: argparse.Namespace, calibration: Calibration | None) -> str:
+    if calibration is not None:
+        return calibration.describe()
+    if args.bytes_per_row is not None:
+        return "--bytes-per-row, as given (an assumption; --calibrate measures it)"
+    return capacity.ASSUMED_BYTES_PER_ROW
+
+
+def run_calibration(settings: Settings, events_per_file: int) -> Calibration:
+    """The calibration run, in a local Spark session of its own; its progress goes to stderr."""
+    from .calibration import calibrate
+    from .session import local_session
+
+    print(
+        f"calibrating: running {settings.query.operator} on {settings.state_store.provider} with sample files",
+        file=sys.stderr,
+    )
+    spark = local_session("calibrate-state", {})
+    try:
+        return calibrate(spark, settings, events_per_file, progress_to=sys.stderr)
+    finally:
+        spark.stop()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -221,6 +317,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_QUERY_FAILED
     finally:
         spark.stop()
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    settings = None if args.checkpoint else load_settings(args.settings or DEFAULT_SETTINGS_FILE)
+    location = args.checkpoint or settings.query.checkpoint_location
+    from .inspection import READER_CONFS, checkpoint_facts, inspect_checkpoint, render
+
+    checkpoint_facts(location, args.batch_id)  # what can be checked before Spark starts
+    from .session import local_session
+
+    # The user's own confs may carry what a cloud checkpoint needs (credentials, file systems).
+    confs = {} if settings is None else {key: str(value) for key, value in settings.spark.conf.items()}
+    spark = local_session("inspect-state", {**confs, **READER_CONFS})
+    try:
+        inspection = inspect_checkpoint(spark, location, args.batch_id)
+    finally:
+        spark.stop()
+    if settings is not None:
+        inspection.estimate = settings.sizing()
+    print(json.dumps(inspection.to_dict(), indent=2) if args.json else render(inspection))
     return 0
 
 
@@ -255,35 +372,17 @@ def startup_line(settings: Settings, spark_version: str, master: str) -> str:
 
 
 def cmd_sample_input(args: argparse.Namespace) -> int:
-    from datetime import timedelta
-
-    from .sample_input import write_sample_files
+    from .sample_input import write_for_settings
 
     settings = load_settings(args.settings)
-    operator = settings.query.operator
-    advance = args.advance or settings.query.watermark
-    if args.advance is None and operator == "custom_state":
-        advance = f"{2 * capacity.parse_duration(settings.query.custom_state.session_timeout)} seconds"
     try:
-        seconds = capacity.parse_duration(advance)
+        shape = write_for_settings(settings, args.files, args.events_per_file, args.keys, args.advance, args.run_length)
     except ValueError as error:
-        print(f"sample-input error: --advance {advance!r}: {error}", file=sys.stderr)
+        print(f"sample-input error: --advance {args.advance!r}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    run_length = args.run_length or (10 if operator == "custom_state" else 1)
-    keys = args.keys or (UNIQUE_KEYS if operator == "stream_stream_join" else 100)
-    shape = (args.files, args.events_per_file, keys, timedelta(seconds=seconds), run_length)
-    directory = settings.source.files.path
-    write_sample_files(directory, *shape)
-    key_text = "a key per event" if keys == UNIQUE_KEYS else f"{keys} keys"
-    if run_length > 1:
-        key_text += f" in runs of {run_length}"
-    print(f"wrote {args.files} files of {args.events_per_file} events ({key_text}) to {directory}")
+    print(f"wrote {shape.describe()} to {settings.source.files.path}")
     if settings.join_source is not None:
-        # Payments a quarter, three quarters and one and a half join ranges after their orders:
-        # two of three match, the third comes too late; every fifth order is never paid.
-        join_range = capacity.parse_duration(settings.query.join.range)
-        delays = tuple(timedelta(seconds=join_range * share) for share in (0.25, 0.75, 1.5))
-        write_sample_files(settings.join_source.files.path, *shape, payment_delays=delays)
+        # Two of three payments fall within the join range; every fifth order is never paid.
         print(f"wrote {args.files} files of their payments to {settings.join_source.files.path}")
     return 0
 

@@ -83,7 +83,7 @@ def check_checkpoint(settings: Settings) -> GuardReport:
 
 def latest_offsets(checkpoint: Path) -> tuple[int, dict[str, str]] | None:
     """(batch id, pinned confs) of the newest offsets file, or None without one."""
-    path = _highest_numbered(checkpoint / "offsets")
+    path = highest_numbered(checkpoint / "offsets")
     if path is None:
         return None
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -100,7 +100,7 @@ def _numbered(folder: Path) -> list[Path]:
     return sorted(entries, key=lambda path: int(path.name))
 
 
-def _highest_numbered(folder: Path) -> Path | None:
+def highest_numbered(folder: Path) -> Path | None:
     entries = _numbered(folder)
     return entries[-1] if entries else None
 
@@ -116,7 +116,7 @@ def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
         if key not in wanted or wanted[key] == recorded:
             continue
         if key == PROVIDER_CONF:
-            held = _provider_name(recorded)
+            held = provider_name(recorded)
             drifts.append(
                 Drift(
                     "state_store.provider",
@@ -179,7 +179,7 @@ def stateful_operators(checkpoint: Path) -> list[dict]:
 def _newest_metadata(folder: Path) -> Path | None:
     if (folder / "metadata").is_file():  # version 1
         return folder / "metadata"
-    return _highest_numbered(folder / "v2")
+    return highest_numbered(folder / "v2")
 
 
 def changelog_notes(settings: Settings, checkpoint: Path) -> list[str]:
@@ -195,7 +195,7 @@ def changelog_notes(settings: Settings, checkpoint: Path) -> list[str]:
     ]
 
 
-def _provider_name(provider_class: str) -> str:
+def provider_name(provider_class: str) -> str:
     for classes in PROVIDER_CLASSES.values():
         for name, known in classes.items():
             if known == provider_class:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import time
+from typing import TextIO
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -49,13 +51,14 @@ def run_query(
     settings: Settings,
     max_batches: int | None = None,
     timeout_seconds: float | None = None,
+    progress_to: TextIO = sys.stdout,
 ) -> StreamingQuery:
     """Run until the query ends, `max_batches` batches are committed, or the timeout passes.
 
     Stopping after N batches is graceful for the committed ones; a batch already running when the
     N-th commit is seen is abandoned uncommitted and replayed by the next start.
     """
-    printer = ProgressPrinter()
+    printer = ProgressPrinter(progress_to)
     spark.streams.addListener(printer)
     try:
         query = start_query(build_result(spark, settings), settings.sink, settings.query)

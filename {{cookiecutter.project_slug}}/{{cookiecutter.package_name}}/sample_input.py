@@ -11,13 +11,22 @@ import json
 import os
 import re
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from .capacity import parse_duration
+from .settings import Settings
 
 FILE_PATTERN = re.compile(r"^events-(\d{5})\.json$")
 START = datetime(2026, 1, 1, tzinfo=UTC)
 # Every UNPAID_EVERY-th order gets no payment (stream_stream_join samples).
 UNPAID_EVERY = 5
+# More keys than sample events: every order is its own key, so a payment matches one order.
+UNIQUE_KEYS = 10**9
+# Payments a quarter, three quarters and one and a half join ranges after their orders: two of
+# three match, the third comes too late.
+PAYMENT_DELAY_SHARES = (0.25, 0.75, 1.5)
 
 
 def sample_events(
@@ -85,3 +94,54 @@ def write_sample_files(
 
 def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class SampleShape:
+    """What write_for_settings wrote: the same shape into source and, for a join, join_source."""
+
+    files: int
+    events_per_file: int
+    keys: int
+    advance_per_file: timedelta
+    run_length: int
+
+    def describe(self) -> str:
+        keys = "a key per event" if self.keys == UNIQUE_KEYS else f"{self.keys} keys"
+        runs = f" in runs of {self.run_length}" if self.run_length > 1 else ""
+        return f"{self.files} files of {self.events_per_file} events ({keys}{runs})"
+
+
+def write_for_settings(
+    settings: Settings,
+    files: int,
+    events_per_file: int,
+    keys: int | None = None,
+    advance: str | None = None,
+    run_length: int | None = None,
+) -> SampleShape:
+    """Sample files into the settings' landing directories, shaped for the operator unless told otherwise.
+
+    Defaults: each file covers one watermark, so windows close quickly (custom_state: twice the
+    session timeout, so sessions end); 100 keys (the join: one per order); runs of 10 events per
+    key for custom_state, making sessions.
+    """
+    operator = settings.query.operator
+    if advance is None:
+        advance = settings.query.watermark
+        if operator == "custom_state":
+            advance = f"{2 * parse_duration(settings.query.custom_state.session_timeout)} seconds"
+    shape = SampleShape(
+        files,
+        events_per_file,
+        keys or (UNIQUE_KEYS if operator == "stream_stream_join" else 100),
+        timedelta(seconds=parse_duration(advance)),
+        run_length or (10 if operator == "custom_state" else 1),
+    )
+    fields = (shape.files, shape.events_per_file, shape.keys, shape.advance_per_file, shape.run_length)
+    write_sample_files(settings.source.files.path, *fields)
+    if settings.join_source is not None:
+        join_range = parse_duration(settings.query.join.range)
+        delays = tuple(timedelta(seconds=join_range * share) for share in PAYMENT_DELAY_SHARES)
+        write_sample_files(settings.join_source.files.path, *fields, payment_delays=delays)
+    return shape

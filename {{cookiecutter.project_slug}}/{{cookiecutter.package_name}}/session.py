@@ -99,6 +99,18 @@ def build_session(settings: Settings, with_connectors: bool = True) -> SparkSess
         raise
 
 
+def local_session(app_name: str, confs: dict[str, str]) -> SparkSession:
+    """A local session for the project's own tools (inspect, calibrate), never for the job itself."""
+    require_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name).master("local[2]")
+    for key, value in {**confs, "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def apply_confs(spark: SparkSession, settings: Settings) -> None:
     """Set the job's runtime SQL confs on a running session (tests share one session across providers).
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from cookiecutter.exceptions import FailedHookException
+from cookiecutter.exceptions import FailedHookException, UndefinedVariableInTemplate
 
 from .conftest import bake
 
@@ -74,3 +74,37 @@ def test_code_in_a_text_answer_is_never_run(out, tmp_path):
     project = bake(out, description=payload, author=payload)
     assert not marker.exists()
     assert payload in (project / "README.md").read_text(encoding="utf-8")
+
+
+# Jinja in a text answer. With --no-input (or extra context, or a replay file) cookiecutter renders
+# each answer as a template before any hook runs; local_extensions.SandboxExtension makes that
+# rendering sandboxed, so these stop generation with cookiecutter's one message and run nothing.
+JINJA_PAYLOADS = [
+    "{{ cycler.__init__.__globals__.os.system('touch MARKER') }}",
+    "{{ lipsum.__globals__['os'].popen('touch MARKER').read() }}",
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}{{ open('MARKER', 'w') }}",
+    "{% for c in [].__class__.__base__.__subclasses__() %}{{ c }}{% endfor %}",
+    "{{ cookiecutter.__class__.__init__.__globals__ }}",
+    "{{ self._TemplateReference__context }}",
+    "{{ undefined_name_that_does_not_exist }}",
+]
+
+
+@pytest.mark.parametrize("payload", JINJA_PAYLOADS)
+@pytest.mark.parametrize("answer", ["description", "author", "project_name"])
+def test_jinja_in_a_text_answer_stops_generation_and_runs_nothing(out, tmp_path, answer, payload):
+    marker = tmp_path / "pwned"
+    with pytest.raises(UndefinedVariableInTemplate) as caught:
+        bake(out, **{answer: payload.replace("MARKER", str(marker))})
+    assert caught.value.message == f"Unable to render variable '{answer}'"
+    assert not marker.exists()
+    assert list(out.iterdir()) == []
+
+
+def test_harmless_jinja_and_quotes_render_as_text(out):
+    # Jinja arithmetic is evaluated (cookiecutter has no switch to leave answers unrendered), and it
+    # reaches no code; quotes, YAML and Python stay inert text.
+    project = bake(out, description="{{ 7 * 7 }} events", author='O\'Brien "Bob" \\ key: [1]; import os')
+    readme = (project / "README.md").read_text(encoding="utf-8")
+    assert "49 events" in readme
+    assert 'O\'Brien "Bob" \\ key: [1]; import os' in readme

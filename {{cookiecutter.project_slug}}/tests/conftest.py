@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 import yaml
@@ -32,6 +32,17 @@ def run_python(*args: str, env: dict[str, str] | None = None, timeout: float = 3
     """`python args...` in the project folder, as a real separate process."""
     return subprocess.run(
         [sys.executable, *args], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def start_job(settings_path: Path | str, log: TextIO) -> subprocess.Popen:
+    """`python main.py --settings PATH` started as a separate process, its output into log."""
+    return subprocess.Popen(
+        [sys.executable, "main.py", "--settings", str(settings_path)],
+        cwd=PROJECT_DIR,
+        stdout=log,
+        stderr=log,
+        env=clean_env(),
     )
 
 

@@ -7,6 +7,7 @@ not download them: the missing-JAR path is what runs here, on a real session and
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pyspark
 import pytest
@@ -19,8 +20,9 @@ from {{ cookiecutter.package_name }}.connectors import (
     required_connectors,
 )
 from {{ cookiecutter.package_name }}.session import static_confs
+from {{ cookiecutter.package_name }}.settings import load_settings
 
-from .conftest import run_python
+from .conftest import clean_env, run_python
 
 SPARK = pyspark.__version__
 SPARK_MINOR = ".".join(SPARK.split(".")[:2])
@@ -124,3 +126,43 @@ def test_failed_download_is_a_sentence(write_settings, tmp_path):
     assert result.returncode == 3, result.stderr[-2000:]
     assert f"connector error: Spark could not start: fetching --packages {KAFKA} from Maven failed" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+SECRET = "Sup3r-Secret-Value-4711"
+
+
+def test_secrets_never_appear_in_settings_or_any_output(write_settings, tmp_path):
+    """A SASL password and a secret Kafka option, read from the environment, through every command."""
+    kafka = {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "PLAIN",
+        "sasl_username": "svc-stream",
+        "sasl_password_env": "TEST_KAFKA_PASSWORD",
+        "secret_options": {"kafka.ssl.truststore.password": "TEST_TRUSTSTORE_PASSWORD"},
+    }
+    changes = {
+        "source": {"type": "kafka", "kafka": kafka},
+        "sink": {"type": "parquet", "output_mode": "append"},
+        "spark": {"fetch_packages": False},
+        "query": {"checkpoint_location": str(tmp_path / "checkpoint")},
+    }
+    path = str(write_settings(changes))
+    env = {**clean_env(), "TEST_KAFKA_PASSWORD": SECRET, "TEST_TRUSTSTORE_PASSWORD": f"{SECRET}-trust"}
+    assert SECRET not in Path(path).read_text()
+
+    results = {
+        "run": run_python("main.py", "--settings", path, env=env),
+        "check": run_python("-m", "{{ cookiecutter.package_name }}", "check", "--settings", path, env=env),
+        "estimate": run_python("-m", "{{ cookiecutter.package_name }}", "estimate", "--settings", path, env=env),
+        "packages": run_python("-m", "{{ cookiecutter.package_name }}", "packages", "--settings", path, env=env),
+    }
+
+    # The run got as far as Spark (its start-up line) and stopped at the missing connector.
+    assert results["run"].returncode == 3, results["run"].stderr[-2000:]
+    assert "kafka -> parquet" in results["run"].stdout
+    assert [result.returncode for result in results.values()] == [3, 0, 0, 0]
+    for name, result in results.items():
+        assert SECRET not in result.stdout + result.stderr, name
+    # The settings object holds the variable's name, never its value.
+    settings = load_settings(path)
+    assert SECRET not in repr(settings) and SECRET not in settings.model_dump_json()

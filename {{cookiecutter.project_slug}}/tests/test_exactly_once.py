@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,13 +19,13 @@ from pyspark.testing import assertDataFrameEqual
 from {{ cookiecutter.package_name }}.output import read_output
 
 from .conftest import (
-    PROJECT_DIR,
     batch_expectation,
     clean_env,
     committed_batches,
     expected_row_count,
     files_job,
     run_python,
+    start_job,
 )
 
 pytestmark = [pytest.mark.streaming, pytest.mark.crash]
@@ -40,16 +39,16 @@ def logged_batches(checkpoint: Path) -> list[int]:
     return sorted(int(path.name) for path in offsets.iterdir() if path.name.isdigit()) if offsets.is_dir() else []
 
 
-def kill_mid_batch(process: subprocess.Popen, checkpoint: Path) -> int:
-    """SIGKILL the job once it has committed a few batches and the next one is running; return that batch id."""
+def kill_mid_batch(process: subprocess.Popen, checkpoint: Path, sent: int = signal.SIGKILL) -> int:
+    """Signal the job once it has committed a few batches and the next one is running; return that batch id."""
     deadline = time.monotonic() + KILL_DEADLINE_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
             pytest.fail(f"the job ended (exit {process.returncode}) before it could be killed mid-run")
         committed, logged = committed_batches(checkpoint), logged_batches(checkpoint)
         if len(committed) >= KILL_AFTER_COMMITS and logged and logged[-1] not in committed:
-            process.send_signal(signal.SIGKILL)
-            process.wait(timeout=30)
+            process.send_signal(sent)
+            process.wait(timeout=60)
             return logged[-1]
         time.sleep(0.01)
     process.kill()
@@ -67,13 +66,7 @@ def test_sigkill_mid_batch_then_restart_loses_and_repeats_nothing(
     checkpoint = Path(settings.query.checkpoint_location)
 
     with open(tmp_path / "first-run.log", "w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "main.py", "--settings", str(path)],
-            cwd=PROJECT_DIR,
-            stdout=log,
-            stderr=log,
-            env=clean_env(),
-        )
+        process = start_job(path, log)
         in_flight = kill_mid_batch(process, checkpoint)
     assert process.returncode == -signal.SIGKILL
     assert in_flight not in committed_batches(checkpoint)

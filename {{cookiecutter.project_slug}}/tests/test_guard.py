@@ -143,5 +143,7 @@ def test_damaged_offsets_file_is_named(tmp_path):
     check = run_cli("check", "--settings", str(path))
     assert check.returncode == 4
     assert check.stderr == (
-        f"checkpoint error: {offsets / '0'}: not a Spark offsets file (no metadata line); the checkpoint may be damaged\n"
+        f"checkpoint error: {offsets / '0'}: not a Spark offsets file (no metadata line; half-written?); restore the"
+        " checkpoint from a copy, or set query.checkpoint_location to a new directory and reprocess the input from"
+        " the start\n"
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 from . import capacity
 from .connectors import ConnectorError, packages
 from .delta_writer import MissingPackageError, require_deltalake
-from .guard import CheckpointUnreadable, GuardReport, check_checkpoint
+from .guard import RESTORE_OR_RESTART, CheckpointUnreadable, GuardReport, check_checkpoint, empty_state_files
 from .inspection import InspectError
 from .java import JavaError
 from .settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_settings
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{MISSING_DEPENDENCY_PREFIXES[type(error)]}: {error}", file=sys.stderr)
         return EXIT_MISSING_DEPENDENCY
     except CheckpointUnreadable as error:
-        print(f"checkpoint error: {error}; the checkpoint may be damaged", file=sys.stderr)
+        print(f"checkpoint error: {error}", file=sys.stderr)
         return EXIT_CHECKPOINT_DRIFT
     except InspectError as error:
         print(f"inspect error: {error}", file=sys.stderr)
@@ -314,6 +315,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except StreamingQueryException as error:
         print(f"query {settings.query.name} failed: {_first_line(str(error))}", file=sys.stderr)
         print(f"checkpoint: {settings.query.checkpoint_location}", file=sys.stderr)
+        for line in damaged_checkpoint_advice(str(error), settings.query.checkpoint_location):
+            print(line, file=sys.stderr)
         return EXIT_QUERY_FAILED
     finally:
         spark.stop()
@@ -409,6 +412,34 @@ def cmd_show_output(args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     return 0
+
+
+def damaged_checkpoint_advice(message: str, checkpoint: str) -> list[str]:
+    """When Spark's error points into the checkpoint: the files concerned, and the ways out.
+
+    Spark names a missing file, but not a truncated one ("An error occurred during loading
+    state"); then the state files of zero bytes are named, or else the state folder.
+    """
+    root = checkpoint.removeprefix("file:").rstrip("/")
+    paths = {"/" + path.lstrip("/").rstrip(".,;:)") for path in re.findall(r"(?:file:)?(/[^\s'\"]+)", message)}
+    named = sorted(_state_version(path) for path in paths if path.startswith(root + "/"))
+    if not named and "CANNOT_LOAD_STATE_STORE" in message and "://" not in root:
+        named = [str(path) for path in empty_state_files(Path(root))] or [f"{root}/state (a state file there)"]
+    if not named:
+        return []
+    return [
+        *(f"checkpoint file: {path}" for path in named),
+        f"The checkpoint is damaged there; nothing was committed past it. To recover, {RESTORE_OR_RESTART}"
+        " (the output already written stays).",
+    ]
+
+
+def _state_version(path: str) -> str:
+    """RocksDB names N.changelog when version N is missing, even if it was written as N.zip."""
+    if path.endswith(".changelog") and not Path(path).exists() and not Path(path).with_suffix(".zip").exists():
+        version = Path(path).with_suffix("")
+        return f"{version}.zip or {version}.changelog (neither is there: version {version.name} of this state is lost)"
+    return path
 
 
 def _first_line(text: str) -> str:

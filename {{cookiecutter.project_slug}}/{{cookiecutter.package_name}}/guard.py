@@ -69,6 +69,7 @@ def check_checkpoint(settings: Settings) -> GuardReport:
         report.notes.append(f"checkpoint {location} is not on the local file system; the guard cannot read it")
         return report
     checkpoint = Path(location.removeprefix("file:"))
+    check_log_files(checkpoint)
     latest = latest_offsets(checkpoint)
     if latest is None:
         report.notes.append(f"no checkpoint yet at {checkpoint}: this run starts one")
@@ -90,7 +91,9 @@ def latest_offsets(checkpoint: Path) -> tuple[int, dict[str, str]] | None:
     try:
         metadata = json.loads(lines[1])
     except (IndexError, json.JSONDecodeError):
-        raise CheckpointUnreadable(f"{path}: not a Spark offsets file (no metadata line)") from None
+        raise CheckpointUnreadable(
+            f"{path}: not a Spark offsets file (no metadata line; half-written?); {RESTORE_OR_RESTART}"
+        ) from None
     return int(path.name), {key: str(value) for key, value in metadata.get("conf", {}).items()}
 
 
@@ -107,6 +110,51 @@ def highest_numbered(folder: Path) -> Path | None:
 
 class CheckpointUnreadable(Exception):
     """A checkpoint file the guard cannot parse; the message names it."""
+
+
+RESTORE_OR_RESTART = (
+    "restore the checkpoint from a copy, or set query.checkpoint_location to a new directory and reprocess"
+    " the input from the start"
+)
+
+
+def check_log_files(checkpoint: Path) -> None:
+    """Damage Spark reports badly or not at all, found before it starts: a half-written `metadata`
+    (a Java stack trace otherwise), and a log entry's checksum file left without the entry (Spark
+    then claims another query uses the checkpoint)."""
+    metadata = checkpoint / "metadata"
+    if metadata.is_file():
+        try:
+            json.loads(metadata.read_text(encoding="utf-8").splitlines()[0])["id"]
+        except (IndexError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
+            raise CheckpointUnreadable(
+                f"{metadata}: not a Spark checkpoint metadata file (the query id); {RESTORE_OR_RESTART}"
+            ) from None
+    newest_commit = highest_numbered(checkpoint / "commits")
+    if newest_commit is not None:
+        lines = newest_commit.read_text(encoding="utf-8", errors="replace").splitlines()
+        try:
+            json.loads(lines[1]) if len(lines) > 1 else None
+        except json.JSONDecodeError:
+            checksum = newest_commit.parent / f".{newest_commit.name}.crc"
+            raise CheckpointUnreadable(
+                f"{newest_commit}: a half-written commit record; remove it and {checksum}, and Spark runs batch"
+                f" {newest_commit.name} again (the sink skips what it already wrote); or {RESTORE_OR_RESTART}"
+            ) from None
+    for log in ("offsets", "commits"):
+        folder = checkpoint / log
+        for checksum in sorted(folder.glob(".*.crc")) if folder.is_dir() else ():
+            entry = folder / checksum.name.removeprefix(".").removesuffix(".crc")
+            if entry.name.isdigit() and not entry.exists():
+                raise CheckpointUnreadable(
+                    f"{checksum} is left without {entry} (the entry was removed or lost): remove {checksum} too,"
+                    f" and Spark runs batch {entry.name} again from its offsets; or {RESTORE_OR_RESTART}"
+                )
+
+
+def empty_state_files(checkpoint: Path) -> list[Path]:
+    """State files of zero bytes: a truncated write, which Spark reports without naming the file."""
+    return sorted(path for path in (checkpoint / "state").rglob("*") if path.is_file() and path.stat().st_size == 0)
 
 
 def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
@@ -172,7 +220,7 @@ def stateful_operators(checkpoint: Path) -> list[dict]:
         try:
             operators.append(json.loads(lines[1])["operatorInfo"])
         except (IndexError, KeyError, json.JSONDecodeError):
-            raise CheckpointUnreadable(f"{metadata}: not a Spark state metadata file") from None
+            raise CheckpointUnreadable(f"{metadata}: not a Spark state metadata file; {RESTORE_OR_RESTART}") from None
     return operators
 
 

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import capacity
-from .guard import SPARK_OPERATOR_NAMES, CheckpointUnreadable, highest_numbered, latest_offsets, provider_name
+from .guard import (
+    RESTORE_OR_RESTART,
+    SPARK_OPERATOR_NAMES,
+    CheckpointUnreadable,
+    highest_numbered,
+    latest_offsets,
+    provider_name,
+)
 
 # Reading a RocksDB checkpoint from a session that runs no query fails in Spark 4.2 with "Cannot
 # find endpoint: StateStoreCoordinator" unless the snapshot-lag reports to the coordinator are off.
@@ -164,7 +171,8 @@ def inspect_checkpoint(spark: SparkSession, location: str, batch_id: int | None 
         except spark_errors as error:
             raise CheckpointUnreadable(
                 f"{location}: Spark cannot read the state of operator {row.operatorId}, store"
-                f" {row.stateStoreName}, batch {batch}: {_spark_message(error)}"
+                f" {row.stateStoreName}, batch {batch}: {_spark_message(error)}; the checkpoint may be damaged:"
+                f" {RESTORE_OR_RESTART}"
             ) from None
     for operator in operators.values():
         if local is not None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -46,6 +48,32 @@ def stop_quietly(spark: SparkSession, query: StreamingQuery) -> None:
     query.stop()
 
 
+class StopSignals:
+    """SIGTERM and SIGINT (Ctrl-C) ask the query to stop, instead of ending the driver mid-call.
+
+    The handlers only record the signal; the polling loop of run_query stops the query. Outside the
+    main thread (where Python allows no handlers) nothing is installed.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {number: signal.signal(number, self._record) for number in self.SIGNALS}
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def _record(self, number: int, _frame: object) -> None:
+        self.received = signal.Signals(number).name
+
+
 def run_query(
     spark: SparkSession,
     settings: Settings,
@@ -53,7 +81,8 @@ def run_query(
     timeout_seconds: float | None = None,
     progress_to: TextIO = sys.stdout,
 ) -> StreamingQuery:
-    """Run until the query ends, `max_batches` batches are committed, or the timeout passes.
+    """Run until the query ends, `max_batches` batches are committed, the timeout passes, or the
+    process gets SIGTERM or SIGINT.
 
     Stopping after N batches is graceful for the committed ones; a batch already running when the
     N-th commit is seen is abandoned uncommitted and replayed by the next start.
@@ -63,10 +92,18 @@ def run_query(
     try:
         query = start_query(build_result(spark, settings), settings.sink, settings.query)
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
-        while not query.awaitTermination(POLL_SECONDS):
-            enough = max_batches is not None and printer.committed_batches(query.id) >= max_batches
-            if enough or (deadline is not None and time.monotonic() >= deadline):
-                stop_quietly(spark, query)
+        with StopSignals() as signals:
+            while not query.awaitTermination(POLL_SECONDS):
+                enough = max_batches is not None and printer.committed_batches(query.id) >= max_batches
+                if signals.received:
+                    print(
+                        f"{signals.received} received: stopping; a batch in flight is abandoned uncommitted"
+                        " and the next start replays it",
+                        file=progress_to,
+                        flush=True,
+                    )
+                if enough or signals.received or (deadline is not None and time.monotonic() >= deadline):
+                    stop_quietly(spark, query)
         return query
     finally:
         spark.streams.removeListener(printer)

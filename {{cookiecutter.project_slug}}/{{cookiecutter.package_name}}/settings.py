@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -372,8 +373,13 @@ class Settings(BaseSettings):
         return self
 
     def problems_before_run(self) -> list[str]:
-        """What a run needs beyond valid settings: landing directories that exist, secrets that are set."""
-        return [problem for section, source in self.inputs.items() for problem in _input_problems(section, source)]
+        """What a run needs beyond valid settings: landing directories that exist, secrets that are set,
+        and a checkpoint and output location this process can write to."""
+        problems = [problem for section, source in self.inputs.items() for problem in _input_problems(section, source)]
+        problems += _write_problems("query.checkpoint_location", self.query.checkpoint_location)
+        if self.sink.type != "console":
+            problems += _write_problems("sink.path", self.sink.path)
+        return problems
 
     def sizing(self) -> capacity.Estimate:
         """The capacity estimate for these settings."""
@@ -390,6 +396,27 @@ class Settings(BaseSettings):
             join_range=self.query.join.range,
             session_timeout=self.query.custom_state.session_timeout,
         )
+
+
+def _write_problems(setting: str, location: str) -> list[str]:
+    """Whether a file can be created where location is, or would be: found before Spark, not mid-batch.
+
+    The probe is a temporary file in the location, or in its nearest existing parent, removed at
+    once, so nothing is left behind (a refused run creates no directory).
+    """
+    if "://" in location and not location.startswith("file:"):
+        return []
+    folder = Path(location.removeprefix("file:"))
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-").close()
+    except OSError as error:
+        return [
+            f"{setting} = {location!r}: cannot write in {folder} ({error.strerror}); choose a directory this"
+            " user can write to, or fix its permissions"
+        ]
+    return []
 
 
 def _input_problems(section: str, source: SourceSettings) -> list[str]:
@@ -423,11 +450,32 @@ def load_settings(path: Path | str = DEFAULT_SETTINGS_FILE, **overrides: Any) ->
         def settings_customise_sources(cls, settings_cls, init_settings, env_settings, **_unused):
             return init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=data)
 
+    unknown = _unknown_environment_names()
     try:
         settings = FromFile(**overrides)
     except ValidationError as error:
-        raise SettingsError(describe_errors(error, path)) from None
+        raise SettingsError(unknown + describe_errors(error, path)) from None
+    if unknown:
+        raise SettingsError(unknown)
     return _resolve_paths(settings, path.resolve().parent)
+
+
+def _unknown_environment_names() -> list[str]:
+    """Overrides naming no section: pydantic-settings would ignore them, and a typo would go unseen."""
+    sections = list(Settings.model_fields)
+    lines = []
+    for name in sorted(os.environ):
+        if not name.upper().startswith(ENV_PREFIX):
+            continue
+        section = name[len(ENV_PREFIX) :].split("__")[0].lower()
+        if section not in sections:
+            close = difflib.get_close_matches(section, sections, n=1)
+            hint = f" (did you mean {ENV_PREFIX}{close[0].upper()}__...?)" if close else ""
+            lines.append(
+                f"environment variable {name}: names no settings section{hint}; the sections are"
+                f" {', '.join(sections)}; fix the name or unset it"
+            )
+    return lines
 
 
 def _read_yaml_mapping(path: Path) -> dict[str, Any]:
@@ -495,7 +543,8 @@ def describe_errors(error: ValidationError, path: Path) -> list[str]:
         elif item["type"] == "extra_forbidden":
             lines.append(f"{field}: unknown key{_did_you_mean(item['loc'])} ({origin}); remove it")
         elif item["type"] == "missing":
-            lines.append(f"{field}: missing ({origin}); add it: {_expected(item['loc'])}")
+            expected = _expected(item["loc"]) or "see the settings.yaml the project was generated with"
+            lines.append(f"{field}: missing ({origin}); add it: {expected}")
         else:
             message = item["msg"].removeprefix("Value error, ")
             expected = _expected(item["loc"])

@@ -372,7 +372,7 @@ def test_archive_dir_inside_the_landing_directory(make_settings, tmp_path):
             " are read in order of arrival) or fix the path",
         ),
         (
-            {"sink": {"type": "parquet", "path": f"{UNWRITABLE}/output"}},
+            {"source": {"type": "rate"}, "sink": {"type": "parquet", "path": f"{UNWRITABLE}/output"}},
             f"sink.path = '{UNWRITABLE}/output': cannot write in {UNWRITABLE} (Permission denied); choose a"
             " directory this user can write to, or fix its permissions",
         ),

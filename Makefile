@@ -27,7 +27,7 @@ demo: setup check-java ## bake with the default answers, run the job for a few b
 	$(MAKE) -C $(DEMO_DIR)/stream-job demo VENV=$(CURDIR)/$(VENV)
 
 test: setup check-java ## run all tests: bakes, bad answers, and the generated projects' own tests and ruff
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist worksteal
 
 test-fast: setup ## the tests that run no generated test suite
 	$(BIN)/python -m pytest -m "not slow"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyspark
 import pytest
+import yaml
 
 from {{ cookiecutter.package_name }}.connectors import (
     Connector,
@@ -143,11 +144,16 @@ def test_secrets_never_appear_in_settings_or_any_output(write_settings, tmp_path
     changes = {
         "source": {"type": "kafka", "kafka": kafka},
         "sink": {"type": "parquet", "output_mode": "append"},
-        "spark": {"fetch_packages": False},
+        "spark": {"fetch_packages": False, "secret_conf": {"spark.hadoop.fs.s3a.secret.key": "TEST_S3_SECRET"}},
         "query": {"checkpoint_location": str(tmp_path / "checkpoint")},
     }
     path = str(write_settings(changes))
-    env = {**clean_env(), "TEST_KAFKA_PASSWORD": SECRET, "TEST_TRUSTSTORE_PASSWORD": f"{SECRET}-trust"}
+    env = {
+        **clean_env(),
+        "TEST_KAFKA_PASSWORD": SECRET,
+        "TEST_TRUSTSTORE_PASSWORD": f"{SECRET}-trust",
+        "TEST_S3_SECRET": f"{SECRET}-s3",
+    }
     assert SECRET not in Path(path).read_text()
 
     results = {
@@ -155,12 +161,19 @@ def test_secrets_never_appear_in_settings_or_any_output(write_settings, tmp_path
         "check": run_python("-m", "{{ cookiecutter.package_name }}", "check", "--settings", path, env=env),
         "estimate": run_python("-m", "{{ cookiecutter.package_name }}", "estimate", "--settings", path, env=env),
         "packages": run_python("-m", "{{ cookiecutter.package_name }}", "packages", "--settings", path, env=env),
+        "config": run_python("-m", "{{ cookiecutter.package_name }}", "config", "--settings", path, env=env),
     }
 
     # The run got as far as Spark (its start-up line) and stopped at the missing connector.
     assert results["run"].returncode == 3, results["run"].stderr[-2000:]
     assert "kafka -> parquet" in results["run"].stdout
-    assert [result.returncode for result in results.values()] == [3, 0, 0, 0]
+    assert [result.returncode for result in results.values()] == [3, 0, 0, 0, 0]
+    # The effective configuration names where each secret comes from.
+    config = yaml.safe_load(results["config"].stdout)
+    assert config["spark_confs"]["spark.hadoop.fs.s3a.secret.key"] == "<secret from $TEST_S3_SECRET>"
+    options = config["source_options"]["source"]
+    assert options["kafka.ssl.truststore.password"] == "<secret from $TEST_TRUSTSTORE_PASSWORD>"
+    assert options["kafka.sasl.jaas.config"].endswith(' password="<secret from $TEST_KAFKA_PASSWORD>";')
     for name, result in results.items():
         assert SECRET not in result.stdout + result.stderr, name
     # The settings object holds the variable's name, never its value.

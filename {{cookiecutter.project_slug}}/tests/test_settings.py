@@ -115,6 +115,15 @@ BAD_VALUES = [
         "source.kafka.sasl_password_env = 'my password': String should match pattern",
     ),
     ({"source": {"kafka": {"bootstrap_servers": "a:1, b:2"}}}, "source.kafka.bootstrap_servers = 'a:1, b:2'"),
+    (
+        {"spark": {"conf": {"spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net": "c2VjcmV0"}}},
+        "spark.conf: spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net would put a secret in settings.yaml;"
+        " move it to spark.secret_conf, which names the environment variable holding the value",
+    ),
+    (
+        {"spark": {"secret_conf": {"spark.hadoop.fs.s3a.secret.key": "my key"}}},
+        "spark.secret_conf.spark.hadoop.fs.s3a.secret.key = 'my key': String should match pattern",
+    ),
     ({"sink": {"output_mode": "complete"}}, "sink.output_mode = 'complete': Input should be 'append' or 'update'"),
     (
         {"spark": {"conf": {"spark.sql.shuffle.partitions": "8"}}},
@@ -364,6 +373,14 @@ def test_archive_dir_inside_the_landing_directory(make_settings, tmp_path):
         ),
         (
             {
+                "source": {"type": "rate"},
+                "spark": {"secret_conf": {"spark.hadoop.fs.s3a.secret.key": "NO_SUCH_S3_KEY"}},
+            },
+            "spark.secret_conf.spark.hadoop.fs.s3a.secret.key = 'NO_SUCH_S3_KEY': the environment variable"
+            " NO_SUCH_S3_KEY is not set (or is empty); export it before starting the job",
+        ),
+        (
+            {
                 "query": {"operator": "stream_stream_join"},
                 "source": {"type": "rate"},
                 "join_source": {"type": "files", "files": {"path": "no-such-payments"}},
@@ -377,7 +394,13 @@ def test_archive_dir_inside_the_landing_directory(make_settings, tmp_path):
             " directory this user can write to, or fix its permissions",
         ),
     ],
-    ids=["missing-landing-directory", "missing-secret", "missing-join-landing-directory", "unwritable-output"],
+    ids=[
+        "missing-landing-directory",
+        "missing-secret",
+        "missing-secret-conf",
+        "missing-join-landing-directory",
+        "unwritable-output",
+    ],
 )
 def test_what_a_run_needs_is_checked_before_spark_starts(write_settings, tmp_path, changes, expected):
     if UNWRITABLE in str(changes) and _can_write_in(UNWRITABLE):

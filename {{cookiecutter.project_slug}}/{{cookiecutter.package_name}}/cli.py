@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +21,7 @@ from .delta_writer import MissingPackageError, require_deltalake
 from .guard import RESTORE_OR_RESTART, CheckpointUnreadable, GuardReport, check_checkpoint, empty_state_files
 from .inspection import InspectError
 from .java import JavaError
-from .settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_settings
+from .settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_settings, nearest_existing_folder
 
 if TYPE_CHECKING:
     from .calibration import Calibration
@@ -130,6 +131,13 @@ def parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("--json", action="store_true", help="print JSON instead of the tables")
 
+    config = commands.add_parser(
+        "config",
+        help="print the effective configuration: settings after environment overrides, and the Spark confs and"
+        " source options the job sets (secrets shown as the variable they come from)",
+    )
+    add_settings_argument(config)
+
     needed = commands.add_parser(
         "packages", help="print the --packages coordinates spark-submit needs for these settings (may be empty)"
     )
@@ -174,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check(args)
         if args.command == "inspect":
             return cmd_inspect(args)
+        if args.command == "config":
+            return cmd_config(args)
         if args.command == "packages":
             print(packages(load_settings(args.settings)))
             return 0
@@ -306,16 +316,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .connectors import require_connectors
     from .job import run_query
     from .session import build_session
+    from .state_key import StateKeyChanged
 
     spark = build_session(settings)
     print(startup_line(settings, spark.version, spark.sparkContext.master), flush=True)
     try:
         require_connectors(spark, settings)
         run_query(spark, settings, args.max_batches, args.timeout)
+    except StateKeyChanged as error:
+        print(f"checkpoint error: {error}", file=sys.stderr)
+        return EXIT_CHECKPOINT_DRIFT
     except StreamingQueryException as error:
         print(f"query {settings.query.name} failed: {_first_line(str(error))}", file=sys.stderr)
         print(f"checkpoint: {settings.query.checkpoint_location}", file=sys.stderr)
-        for line in damaged_checkpoint_advice(str(error), settings.query.checkpoint_location):
+        chain = _message_chain(error)
+        for line in damaged_checkpoint_advice(chain, settings.query.checkpoint_location):
+            print(line, file=sys.stderr)
+        for line in disk_full_advice(chain, settings):
             print(line, file=sys.stderr)
         return EXIT_QUERY_FAILED
     finally:
@@ -329,10 +346,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from .inspection import READER_CONFS, checkpoint_facts, inspect_checkpoint, render
 
     checkpoint_facts(location, args.batch_id)  # what can be checked before Spark starts
-    from .session import local_session
+    from .session import local_session, secret_confs
 
     # The user's own confs may carry what a cloud checkpoint needs (credentials, file systems).
     confs = {} if settings is None else {key: str(value) for key, value in settings.spark.conf.items()}
+    if settings is not None:
+        confs.update(secret_confs(settings))
     spark = local_session("inspect-state", {**confs, **READER_CONFS})
     try:
         inspection = inspect_checkpoint(spark, location, args.batch_id)
@@ -341,6 +360,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if settings is not None:
         inspection.estimate = settings.sizing()
     print(json.dumps(inspection.to_dict(), indent=2) if args.json else render(inspection))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    import yaml
+
+    from .effective_config import effective_configuration
+
+    configuration = effective_configuration(load_settings(args.settings))
+    print(yaml.safe_dump(configuration, sort_keys=False, default_flow_style=False, width=10**6), end="")
     return 0
 
 
@@ -434,12 +463,41 @@ def damaged_checkpoint_advice(message: str, checkpoint: str) -> list[str]:
     ]
 
 
+def disk_full_advice(message: str, settings: Settings) -> list[str]:
+    """A full disk: the space left where the job writes, and that a restart after freeing it is safe."""
+    if "No space left on device" not in message:
+        return []
+    places = {"query.checkpoint_location": settings.query.checkpoint_location}
+    if settings.sink.type != "console":
+        places["sink.path"] = settings.sink.path
+    lines = []
+    for setting, location in places.items():
+        folder = nearest_existing_folder(location)
+        if folder is not None:  # remote storage's free space cannot be asked here
+            lines.append(f"disk full: {setting} {location} has {shutil.disk_usage(folder).free / 2**20:,.1f} MiB free")
+    return [
+        *lines,
+        "Free space and start again: the batch that failed was not committed and runs again, and what was"
+        " committed stays (a sink counts only committed batches).",
+    ]
+
+
 def _state_version(path: str) -> str:
     """RocksDB names N.changelog when version N is missing, even if it was written as N.zip."""
     if path.endswith(".changelog") and not Path(path).exists() and not Path(path).with_suffix(".zip").exists():
         version = Path(path).with_suffix("")
         return f"{version}.zip or {version}.changelog (neither is there: version {version.name} of this state is lost)"
     return path
+
+
+def _message_chain(error: BaseException) -> str:
+    """Spark's message and those of its causes, where a full disk or a missing file is often named."""
+    messages: list[str] = []
+    cause: BaseException | None = error
+    while cause is not None and len(messages) < 20:
+        messages.append(str(cause))
+        cause = getattr(cause, "_cause", None)  # pyspark keeps the Java cause chain there, converted
+    return "\n".join(messages)
 
 
 def _first_line(text: str) -> str:

@@ -15,6 +15,7 @@ from .progress import ProgressPrinter
 from .settings import QuerySettings, Settings
 from .sinks import start_query
 from .sources import read_events
+from .state_key import check_state_key
 from .transforms import deduplicated, joined, windowed_count
 
 POLL_SECONDS = 0.2
@@ -43,8 +44,9 @@ def apply_operator(events: DataFrame, query: QuerySettings, join_events: DataFra
 
 
 def stop_quietly(spark: SparkSession, query: StreamingQuery) -> None:
-    """Stop on purpose: the cancelled-task warnings of an abandoned batch are noise, not news."""
-    spark.sparkContext.setLogLevel("ERROR")
+    """Stop on purpose: the errors Spark logs for an interrupted batch (aborted writes, cancelled
+    tasks, with stack traces) are the expected result of the stop, not news."""
+    spark.sparkContext.setLogLevel("OFF")
     query.stop()
 
 
@@ -90,7 +92,11 @@ def run_query(
     printer = ProgressPrinter(progress_to)
     spark.streams.addListener(printer)
     try:
-        query = start_query(build_result(spark, settings), settings.sink, settings.query)
+        result = build_result(spark, settings)
+        note = check_state_key(spark, result, settings.query.checkpoint_location)
+        if note:
+            print(f"checkpoint: {note}", file=progress_to, flush=True)
+        query = start_query(result, settings.sink, settings.query)
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         with StopSignals() as signals:
             while not query.awaitTermination(POLL_SECONDS):

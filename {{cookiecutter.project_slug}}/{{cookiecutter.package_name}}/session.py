@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from .connectors import DELTA_CATALOG, DELTA_EXTENSION, fetch_failed, packages
 from .java import launched_by_spark_submit, require_java
-from .settings import Settings
+from .settings import Settings, SettingsError, unset_secrets
 
 STATE_STORE = "spark.sql.streaming.stateStore"
 PROVIDER_CLASSES = {
@@ -54,6 +54,14 @@ def spark_confs(settings: Settings) -> dict[str, str]:
     return confs
 
 
+def secret_confs(settings: Settings) -> dict[str, str]:
+    """spark.secret_conf, each value read from the environment variable it names."""
+    unset = unset_secrets(settings.spark.secret_conf_variables)
+    if unset:
+        raise SettingsError(unset)
+    return {key: os.environ[name] for key, name in settings.spark.secret_conf.items()}
+
+
 def static_confs(settings: Settings, submitted: bool) -> dict[str, str]:
     """Confs that only take effect when the session starts: connector JARs and the Delta extensions."""
     confs = {}
@@ -89,6 +97,7 @@ def build_session(settings: Settings, with_connectors: bool = True) -> SparkSess
     confs = spark_confs(settings)
     if with_connectors:
         confs.update(static_confs(settings, launched_by_spark_submit()))
+    confs.update(secret_confs(settings))
     for key, value in confs.items():
         builder = builder.config(key, value)
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -30,6 +31,10 @@ MANAGED_CONFS = {
     "spark.sql.streaming.minBatchesToRetain": "state_store.min_batches_to_retain",
 }
 MANAGED_PREFIXES = {"spark.sql.streaming.stateStore.rocksdb.": "state_store.rocksdb"}
+ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# Conf names whose values are credentials: Spark's own redaction pattern, plus the account and
+# private keys of Azure and Google Cloud storage.
+SECRET_CONF = re.compile(r"(?i)secret|password|token|access[.]?key|account[.]key|private[.]key")
 
 
 class SettingsError(Exception):
@@ -62,12 +67,26 @@ class SparkSettings(Section):
     conf: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="a mapping of Spark conf names to values"
     )
+    # Confs whose values are secrets (cloud storage keys): conf name -> NAME of the environment variable.
+    secret_conf: dict[str, Annotated[str, Field(pattern=ENV_VAR_NAME)]] = Field(
+        default_factory=dict, description="a mapping of Spark conf names to environment variable NAMES"
+    )
     fetch_packages: bool = Field(True, description="true or false")
+
+    @property
+    def secret_conf_variables(self) -> dict[str, str]:
+        """Setting -> the environment variable it names."""
+        return {f"spark.secret_conf.{key}": name for key, name in self.secret_conf.items()}
 
     @field_validator("conf")
     @classmethod
-    def _no_managed_confs(cls, conf: dict[str, Any]) -> dict[str, Any]:
+    def _no_managed_or_secret_confs(cls, conf: dict[str, Any]) -> dict[str, Any]:
         for key in conf:
+            if SECRET_CONF.search(key):
+                raise ValueError(
+                    f"{key} would put a secret in settings.yaml; move it to spark.secret_conf, which names"
+                    " the environment variable holding the value"
+                )
             owner = MANAGED_CONFS.get(key) or next(
                 (field for prefix, field in MANAGED_PREFIXES.items() if key.startswith(prefix)), None
             )
@@ -119,7 +138,6 @@ class RateSourceSettings(Section):
 
 
 OnBadRecord = Literal["fail", "drop"]
-ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class FilesSourceSettings(Section):
@@ -376,6 +394,7 @@ class Settings(BaseSettings):
         """What a run needs beyond valid settings: landing directories that exist, secrets that are set,
         and a checkpoint and output location this process can write to."""
         problems = [problem for section, source in self.inputs.items() for problem in _input_problems(section, source)]
+        problems += unset_secrets(self.spark.secret_conf_variables)
         problems += _write_problems("query.checkpoint_location", self.query.checkpoint_location)
         if self.sink.type != "console":
             problems += _write_problems("sink.path", self.sink.path)
@@ -398,17 +417,25 @@ class Settings(BaseSettings):
         )
 
 
+def nearest_existing_folder(location: str) -> Path | None:
+    """The local folder that is location or its nearest existing parent; None for remote storage."""
+    if "://" in location and not location.startswith("file:"):
+        return None
+    folder = Path(location.removeprefix("file:"))
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
 def _write_problems(setting: str, location: str) -> list[str]:
     """Whether a file can be created where location is, or would be: found before Spark, not mid-batch.
 
     The probe is a temporary file in the location, or in its nearest existing parent, removed at
     once, so nothing is left behind (a refused run creates no directory).
     """
-    if "://" in location and not location.startswith("file:"):
+    folder = nearest_existing_folder(location)
+    if folder is None:
         return []
-    folder = Path(location.removeprefix("file:"))
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
     try:
         tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-").close()
     except OSError as error:
@@ -432,6 +459,11 @@ def _input_problems(section: str, source: SourceSettings) -> list[str]:
     needed = {f"{section}.kafka.secret_options.{key}": name for key, name in kafka.secret_options.items()}
     if kafka.sasl_password_env is not None:
         needed[f"{section}.kafka.sasl_password_env"] = kafka.sasl_password_env
+    return unset_secrets(needed)
+
+
+def unset_secrets(needed: dict[str, str]) -> list[str]:
+    """Setting -> the environment variable it names: one line per variable that is not set."""
     return [
         f"{field} = {name!r}: the environment variable {name} is not set (or is empty);"
         " export it before starting the job"

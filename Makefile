@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= build/demo
 
-.PHONY: help setup check-java demo test test-fast lint clean
+.PHONY: help setup check-java demo test test-fast lint bench-overhead clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ test: setup check-java ## run all tests: bakes, bad answers, and the generated p
 
 test-fast: setup ## the tests that run no generated test suite
 	$(BIN)/python -m pytest -m "not slow"
+
+bench-overhead: setup check-java ## time the generated job against a hand-written script (a few minutes)
+	$(BIN)/python benchmarks/overhead.py
 
 lint: setup ## ruff on the template's own code (hooks and tests)
 	$(BIN)/ruff check .

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 # everything; the others leave out the tests that name their own operator and source, and so run
 # the same in every project (every operator's streaming tests, the checkpoint guard, inspect and
 # calibration on every operator, the repeated kills, signals and damaged checkpoints, the soak, the
-# state key check on every operator, the disk errors, the bad-settings table through main.py, the rate-source restarts, spark-submit), and the crash test
+# state key check on every operator, the disk errors, monitoring, the bad-settings table through main.py, the rate-source restarts, spark-submit), and the crash test
 # into delta on hdfs (delta on rocksdb and parquet on both stay), to keep CI short.
 SAME_IN_EVERY_PROJECT = [
     "--ignore=tests/test_operators.py",
@@ -26,6 +26,7 @@ SAME_IN_EVERY_PROJECT = [
     "--ignore=tests/test_soak.py",
     "--ignore=tests/test_state_key.py",
     "--ignore=tests/test_disk_errors.py",
+    "--ignore=tests/test_monitoring.py",
     "-k",
     "not exact_output_and_restart and not main_py and not exits_2 and not delta-hdfs",
 ]

@@ -121,6 +121,22 @@ BAD_VALUES = [
         " move it to spark.secret_conf, which names the environment variable holding the value",
     ),
     (
+        {"monitoring": {"progress_format": "xml"}},
+        "monitoring.progress_format = 'xml': Input should be 'text' or 'json'",
+    ),
+    (
+        {"monitoring": {"state_warning_factor": 1}},
+        "monitoring.state_warning_factor = 1: Input should be greater than 1",
+    ),
+    (
+        {"monitoring": {"hdfs_memory_warning_share": 1.5}},
+        "monitoring.hdfs_memory_warning_share = 1.5: Input should be less than or equal to 1",
+    ),
+    (
+        {"spark": {"conf": {"spark.sql.streaming.metricsEnabled": "true"}}},
+        "spark.sql.streaming.metricsEnabled is managed by the setting monitoring.metrics_enabled",
+    ),
+    (
         {"spark": {"secret_conf": {"spark.hadoop.fs.s3a.secret.key": "my key"}}},
         "spark.secret_conf.spark.hadoop.fs.s3a.secret.key = 'my key': String should match pattern",
     ),

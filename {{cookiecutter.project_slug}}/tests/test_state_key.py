@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import {{ cookiecutter.package_name }}
 from {{ cookiecutter.package_name }}.guard import CheckpointUnreadable
 from {{ cookiecutter.package_name }}.job import build_result, run_query
 from {{ cookiecutter.package_name }}.session import apply_confs
@@ -55,9 +56,10 @@ def test_a_grouping_key_changed_in_the_code_is_refused_and_nothing_is_touched(sp
     # The project, copied, with the aggregation grouped by event_id named key. Both are strings, so
     # Spark's own schema check lets this through and reads the old counts under the new key.
     project = tmp_path / "project"
-    shutil.copytree(PROJECT_DIR / "{{ cookiecutter.package_name }}", project / "{{ cookiecutter.package_name }}", ignore=shutil.ignore_patterns("__pycache__"))
+    package = Path({{ cookiecutter.package_name }}.__file__).parent
+    shutil.copytree(package, project / package.name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(PROJECT_DIR / "main.py", project)
-    transforms = project / "{{ cookiecutter.package_name }}" / "transforms.py"
+    transforms = project / package.name / "transforms.py"
     original = '.groupBy(F.window("event_time", window).alias("window"), "key")'
     assert original in transforms.read_text()
     transforms.write_text(

@@ -13,7 +13,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from . import capacity
 from .connectors import ConnectorError, packages
@@ -306,7 +306,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     problems = settings.problems_before_run()
     if problems:
         raise SettingsError(problems)
-    if not guard_passes(check_checkpoint(settings)):
+    # With JSON progress lines, stdout carries the events only; remarks go to stderr.
+    remarks_to = sys.stderr if settings.monitoring.progress_format == "json" else sys.stdout
+    if not guard_passes(check_checkpoint(settings), remarks_to):
         return EXIT_CHECKPOINT_DRIFT
     if settings.sink.delta_writer == "deltalake":
         require_deltalake()
@@ -319,7 +321,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .state_key import StateKeyChanged
 
     spark = build_session(settings)
-    print(startup_line(settings, spark.version, spark.sparkContext.master), flush=True)
+    print(startup_line(settings, spark.version, spark.sparkContext.master), file=remarks_to, flush=True)
     try:
         require_connectors(spark, settings)
         run_query(spark, settings, args.max_batches, args.timeout)
@@ -382,10 +384,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def guard_passes(report: GuardReport) -> bool:
-    """Print the guard's notes, and each drift as one line on stderr; True when there is none."""
+def guard_passes(report: GuardReport, notes_to: TextIO | None = None) -> bool:
+    """Print the guard's notes (on stdout unless told), and each drift as one line on stderr; True
+    when there is none."""
     for note in report.notes:
-        print(f"checkpoint: {note}")
+        print(f"checkpoint: {note}", file=notes_to or sys.stdout)
     for drift in report.drifts:
         print(f"checkpoint error: {drift.message(report.checkpoint)}", file=sys.stderr)
     return report.consistent

@@ -17,6 +17,7 @@ from .sinks import start_query
 from .sources import read_events
 from .state_key import check_state_key
 from .transforms import deduplicated, joined, windowed_count
+from .watchdog import StateWatchdog
 
 POLL_SECONDS = 0.2
 
@@ -89,13 +90,23 @@ def run_query(
     Stopping after N batches is graceful for the committed ones; a batch already running when the
     N-th commit is seen is abandoned uncommitted and replayed by the next start.
     """
-    printer = ProgressPrinter(progress_to)
+    monitoring = settings.monitoring
+    watchdog = StateWatchdog(
+        settings.sizing(),
+        settings.state_store.provider,
+        monitoring.state_warning_factor,
+        monitoring.hdfs_memory_warning_share,
+    )
+    json_lines = monitoring.progress_format == "json"
+    printer = ProgressPrinter(progress_to, json_lines=json_lines, watchdog=watchdog)
+    # With JSON lines, the progress stream carries events only; the job's own remarks go to stderr.
+    remarks_to = sys.stderr if json_lines else progress_to
     spark.streams.addListener(printer)
     try:
         result = build_result(spark, settings)
         note = check_state_key(spark, result, settings.query.checkpoint_location)
         if note:
-            print(f"checkpoint: {note}", file=progress_to, flush=True)
+            print(f"checkpoint: {note}", file=remarks_to, flush=True)
         query = start_query(result, settings.sink, settings.query)
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         with StopSignals() as signals:
@@ -105,7 +116,7 @@ def run_query(
                     print(
                         f"{signals.received} received: stopping; a batch in flight is abandoned uncommitted"
                         " and the next start replays it",
-                        file=progress_to,
+                        file=remarks_to,
                         flush=True,
                     )
                 if enough or signals.received or (deadline is not None and time.monotonic() >= deadline):

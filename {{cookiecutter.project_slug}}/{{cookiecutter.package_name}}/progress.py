@@ -1,4 +1,4 @@
-"""One line per committed micro-batch, so a user sees the job working."""
+"""One line per committed micro-batch, so a user (or a log shipper) sees the job working."""
 
 from __future__ import annotations
 
@@ -9,26 +9,64 @@ from typing import Any, TextIO
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from .watchdog import StateWatchdog
+
 
 def format_progress(progress: dict[str, Any]) -> str:
     """Batch id, input rows, rows/s, state rows, state memory and batch duration of one progress event."""
-    operators = progress.get("stateOperators") or []
-    state_rows = sum(op.get("numRowsTotal", 0) for op in operators)
-    state_bytes = sum(op.get("memoryUsedBytes", 0) for op in operators)
-    rate = progress.get("processedRowsPerSecond") or 0.0
-    seconds = progress.get("batchDuration", 0) / 1000
+    event = batch_event(progress)
     return (
-        f"batch {progress['batchId']}: {progress.get('numInputRows', 0):,} input rows, "
-        f"{rate:,.0f} rows/s, state {state_rows:,} rows / {state_bytes / 2**20:,.1f} MiB, "
-        f"took {seconds:.2f} s"
+        f"batch {event['batch_id']}: {event['input_rows']:,} input rows, "
+        f"{event['rows_per_second']:,.0f} rows/s, state {event['state_rows']:,} rows / "
+        f"{event['state_memory_bytes'] / 2**20:,.1f} MiB, took {event['batch_duration_ms'] / 1000:.2f} s"
     )
 
 
-class ProgressPrinter(StreamingQueryListener):
-    """Prints each batch and counts the distinct batches each query committed in this run."""
+def batch_event(progress: dict[str, Any]) -> dict[str, Any]:
+    """The JSON-lines event of one batch: the text line's figures, then each stateful operator with
+    the custom metrics this Spark version reports (passed on as they are, not a fixed list)."""
+    operators = progress.get("stateOperators") or []
+    return {
+        "event": "batch",
+        "query": progress.get("name"),
+        "query_id": progress.get("id"),
+        "run_id": progress.get("runId"),
+        "batch_id": progress["batchId"],
+        "timestamp": progress.get("timestamp"),
+        "input_rows": progress.get("numInputRows", 0),
+        "rows_per_second": progress.get("processedRowsPerSecond") or 0.0,
+        "batch_duration_ms": progress.get("batchDuration", 0),
+        "state_rows": sum(operator.get("numRowsTotal", 0) for operator in operators),
+        "state_memory_bytes": sum(operator.get("memoryUsedBytes", 0) for operator in operators),
+        "watermark": (progress.get("eventTime") or {}).get("watermark"),
+        "durations_ms": progress.get("durationMs") or {},
+        "state_operators": [
+            {
+                "operator": operator.get("operatorName"),
+                "rows_total": operator.get("numRowsTotal"),
+                "rows_updated": operator.get("numRowsUpdated"),
+                "rows_removed": operator.get("numRowsRemoved"),
+                "rows_dropped_by_watermark": operator.get("numRowsDroppedByWatermark"),
+                "memory_used_bytes": operator.get("memoryUsedBytes"),
+                "commit_time_ms": operator.get("commitTimeMs"),
+                "shuffle_partitions": operator.get("numShufflePartitions"),
+                "state_store_instances": operator.get("numStateStoreInstances"),
+                "custom_metrics": operator.get("customMetrics") or {},
+            }
+            for operator in operators
+        ],
+    }
 
-    def __init__(self, out: TextIO = sys.stdout):
+
+class ProgressPrinter(StreamingQueryListener):
+    """Prints each batch (a line, or a JSON object per line) and counts the distinct batches each
+    query committed in this run. With a watchdog, its warnings follow the batch that crossed them:
+    on stderr as text, or as events in the JSON stream."""
+
+    def __init__(self, out: TextIO = sys.stdout, json_lines: bool = False, watchdog: StateWatchdog | None = None):
         self._out = out
+        self._json = json_lines
+        self._watchdog = watchdog
         self._lock = threading.Lock()
         self._batches: dict[str, set[int]] = {}
         self._names: dict[str, str] = {}
@@ -37,21 +75,35 @@ class ProgressPrinter(StreamingQueryListener):
         with self._lock:
             return len(self._batches.get(query_id, ()))
 
+    def _emit(self, text: str, event: dict[str, Any]) -> None:
+        print(json.dumps(event) if self._json else text, file=self._out, flush=True)
+
     def onQueryStarted(self, event) -> None:
-        self._names[str(event.id)] = event.name or str(event.id)
-        print(f"query {self._names[str(event.id)]} started (id {event.id})", file=self._out, flush=True)
+        name = self._names[str(event.id)] = event.name or str(event.id)
+        self._emit(
+            f"query {name} started (id {event.id})",
+            {"event": "started", "query": name, "query_id": str(event.id), "run_id": str(event.runId)},
+        )
 
     def onQueryProgress(self, event) -> None:
         progress = json.loads(event.progress.json)
         with self._lock:
             # Idle queries repeat the last batch id in their progress events; count each batch once.
             self._batches.setdefault(progress["id"], set()).add(progress["batchId"])
-        print(format_progress(progress), file=self._out, flush=True)
+        self._emit(format_progress(progress), batch_event(progress))
+        for warning in self._watchdog.check(progress) if self._watchdog else ():
+            if self._json:
+                self._emit("", {"event": "state_warning", "kind": warning.kind, "message": warning.message})
+            else:
+                print(warning.message, file=sys.stderr, flush=True)
 
     def onQueryIdle(self, event) -> None:
         pass
 
     def onQueryTerminated(self, event) -> None:
-        reason = f": {event.exception.splitlines()[0]}" if event.exception else ""
         name = self._names.get(str(event.id), str(event.id))
-        print(f"query {name} stopped{reason}", file=self._out, flush=True)
+        error = event.exception.splitlines()[0] if event.exception else None
+        self._emit(
+            f"query {name} stopped" + (f": {error}" if error else ""),
+            {"event": "stopped", "query": name, "query_id": str(event.id), "error": error},
+        )

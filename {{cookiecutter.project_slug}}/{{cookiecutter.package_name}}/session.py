@@ -44,6 +44,8 @@ def spark_confs(settings: Settings) -> dict[str, str]:
         "spark.sql.streaming.minBatchesToRetain": str(store.min_batches_to_retain),
         "spark.sql.session.timeZone": "UTC",
     }
+    if settings.monitoring.metrics_enabled:
+        confs["spark.sql.streaming.metricsEnabled"] = "true"
     if store.provider == "rocksdb":
         confs[f"{STATE_STORE}.rocksdb.changelogCheckpointing.enabled"] = _text(store.changelog_checkpointing)
         for field, suffix in ROCKSDB_CONFS.items():

@@ -29,6 +29,7 @@ MANAGED_CONFS = {
     "spark.sql.streaming.stateStore.providerClass": "state_store.provider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "state_store.changelog_checkpointing",
     "spark.sql.streaming.minBatchesToRetain": "state_store.min_batches_to_retain",
+    "spark.sql.streaming.metricsEnabled": "monitoring.metrics_enabled",
 }
 MANAGED_PREFIXES = {"spark.sql.streaming.stateStore.rocksdb.": "state_store.rocksdb"}
 ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -325,6 +326,17 @@ class CapacitySettings(Section):
     state_growth_factor: float = Field(1.0, ge=1, description="a number of 1 or more")
 
 
+class MonitoringSettings(Section):
+    # text: one line per batch; json: one JSON object per line (for log shippers).
+    progress_format: Literal["text", "json"] = Field("text", description="text or json")
+    # Spark's own streaming metrics (spark.sql.streaming.metricsEnabled), for Prometheus and other sinks.
+    metrics_enabled: bool = Field(False, description="true or false")
+    # Warn once when the measured state rows pass the estimate by this factor.
+    state_warning_factor: float = Field(2.0, gt=1, description="a number greater than 1")
+    # Warn loudly when HDFS-backed state per partition passes this share of the 1 GiB RocksDB threshold.
+    hdfs_memory_warning_share: float = Field(0.8, gt=0, le=1, description="a share greater than 0 and at most 1")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -338,6 +350,7 @@ class Settings(BaseSettings):
     sink: SinkSettings
     query: QuerySettings
     capacity: CapacitySettings
+    monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
 
     @property
     def inputs(self) -> dict[str, SourceSettings]:

@@ -1,0 +1,33 @@
+"""The template-overhead benchmark runs end to end (a smoke run: its figure comes from a real run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import TEMPLATE
+
+pytestmark = pytest.mark.slow
+
+
+def test_overhead_benchmark_runs_both_jobs_and_writes_its_results(tmp_path):
+    command = [sys.executable, "benchmarks/overhead.py", "--rounds", "1", "--files", "2", "--events-per-file", "40"]
+    done = subprocess.run(
+        [*command, "--partitions", "2", "--results-dir", str(tmp_path)],
+        cwd=TEMPLATE,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    result = json.loads((tmp_path / "overhead.json").read_text())
+    generated, handwritten = result["seconds"]["generated"], result["seconds"]["handwritten"]
+    assert len(generated) == len(handwritten) == 1
+    assert result["ratio_of_medians"] == pytest.approx(generated[0] / handwritten[0])
+    # The script exits non-zero when the two outputs differ; both wrote the same closed windows.
+    assert result["rows_written"] > 0
+    assert (tmp_path / "overhead.md").read_text().startswith("# Template overhead\n")
+    assert "Ratio of medians: **" in done.stdout

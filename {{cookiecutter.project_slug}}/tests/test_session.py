@@ -53,11 +53,16 @@ def test_databricks_class_names(make_settings, provider, expected):
 
 
 def test_extra_confs_pass_through(make_settings):
-    confs = spark_confs(
-        make_settings({"spark": {"conf": {"spark.sql.streaming.metricsEnabled": True, "spark.executor.memory": "2g"}}})
-    )
-    assert confs["spark.sql.streaming.metricsEnabled"] == "true"
+    extra = {"spark.sql.streaming.noDataMicroBatches.enabled": False, "spark.executor.memory": "2g"}
+    confs = spark_confs(make_settings({"spark": {"conf": extra}}))
+    assert confs["spark.sql.streaming.noDataMicroBatches.enabled"] == "false"
     assert confs["spark.executor.memory"] == "2g"
+    assert "spark.sql.streaming.metricsEnabled" not in confs
+
+
+def test_metrics_enabled_sets_spark_streaming_metrics(make_settings):
+    confs = spark_confs(make_settings({"monitoring": {"metrics_enabled": True}}))
+    assert confs["spark.sql.streaming.metricsEnabled"] == "true"
 
 
 def test_confs_reach_a_real_session(spark, make_settings):

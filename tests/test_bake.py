@@ -107,11 +107,11 @@ def settings_of(project: Path) -> dict:
 @pytest.mark.parametrize("answers", COMBINATIONS)
 def test_combination_bakes_clean(out, answers):
     project = bake(out, **answers)
+    # Every text file; the bench example's chart is copied as it is.
+    files = [path for path in project.rglob("*") if path.is_file() and path.suffix != ".png"]
+    texts = {path: path.read_text(encoding="utf-8") for path in files}
     leftovers = [
-        str(path.relative_to(project))
-        for path in project.rglob("*")
-        if path.is_file()
-        and ("{{ cookiecutter." in path.read_text(encoding="utf-8") or "{%" in path.read_text(encoding="utf-8"))
+        str(path.relative_to(project)) for path, text in texts.items() if "{{ cookiecutter." in text or "{%" in text
     ]
     assert leftovers == []
     assert not [p for p in project.rglob("*") if "{{" in p.name]
@@ -140,6 +140,22 @@ def test_combination_bakes_clean(out, answers):
         EXPECTED_PACKAGES[answer] for answer in (answers["source"], answers["sink"]) if answer in EXPECTED_PACKAGES
     ]
     assert (packages.returncode, packages.stdout) == (0, ",".join(expected) + "\n")
+
+
+def test_the_bench_example_travels_untouched_and_the_readme_shows_its_table(out):
+    project = bake(out)
+    example = project / "docs" / "bench-example"
+    template_example = TEMPLATE / "{{cookiecutter.project_slug}}" / "docs" / "bench-example"
+    for name in ("chart.png", "results.json", "results.csv", "summary.md"):
+        assert (example / name).read_bytes() == (template_example / name).read_bytes(), name
+    results = json.loads((example / "results.json").read_text())
+    table = [line for line in (example / "summary.md").read_text().splitlines() if line.startswith("| ")]
+    assert len(table) == 2 + len(results["results"]) == 11  # 3 configurations x 3 sizes
+    assert {r["configuration"] for r in results["results"]} == {"hdfs", "rocksdb", "rocksdb+changelog"}
+    assert sorted({r["keys"] for r in results["results"]}) == [10_000, 100_000, 1_000_000]
+    readme = (project / "README.md").read_text()
+    assert "\n".join(table) in readme
+    assert "](docs/bench-example/chart.png)" in readme
 
 
 def test_default_bake_prints_the_worked_example(out, capfd):

@@ -11,7 +11,6 @@ import io
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import urllib.request
 
 import pytest
 
+from {{ cookiecutter.package_name }}.bench import free_port
 from {{ cookiecutter.package_name }}.job import run_query
 from {{ cookiecutter.package_name }}.progress import format_progress
 from {{ cookiecutter.package_name }}.session import apply_confs
@@ -115,12 +115,6 @@ def test_the_watchdog_warns_once_and_loudly_near_the_hdfs_threshold_through_main
         r" input; until then, give the executors more memory\.",
         loud,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_metrics_enabled_puts_the_query_on_the_prometheus_endpoint(tmp_path):

@@ -131,6 +131,32 @@ def parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("--json", action="store_true", help="print JSON instead of the tables")
 
+    bench = commands.add_parser(
+        "bench",
+        help="run this query on synthetic input per state store configuration and state size; write results,"
+        " a summary table and a chart (minutes)",
+    )
+    add_settings_argument(bench)
+    bench.add_argument(
+        "--keys",
+        type=positive_int,
+        nargs="+",
+        default=[10_000, 100_000, 1_000_000],
+        help="state sizes: distinct keys, also the rows per batch (default: %(default)s)",
+    )
+    bench.add_argument(
+        "--batches", type=positive_int, default=10, help="batches counted per run (default: %(default)s)"
+    )
+    bench.add_argument(
+        "--warmup", type=positive_int, default=3, help="batches run first, not counted (default: %(default)s)"
+    )
+    bench.add_argument(
+        "--providers",
+        default="hdfs,rocksdb,rocksdb+changelog",
+        help="configurations, comma separated (default: %(default)s)",
+    )
+    bench.add_argument("--out", type=Path, default=Path("bench-results"), help="results folder (default: %(default)s)")
+
     config = commands.add_parser(
         "config",
         help="print the effective configuration: settings after environment overrides, and the Spark confs and"
@@ -182,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check(args)
         if args.command == "inspect":
             return cmd_inspect(args)
+        if args.command == "bench":
+            return cmd_bench(args)
         if args.command == "config":
             return cmd_config(args)
         if args.command == "packages":
@@ -362,6 +390,23 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if settings is not None:
         inspection.estimate = settings.sizing()
     print(json.dumps(inspection.to_dict(), indent=2) if args.json else render(inspection))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import BenchError, BenchRunFailed, run_bench
+
+    settings = load_settings(args.settings)
+    configurations = [name.strip() for name in args.providers.split(",") if name.strip()]
+    try:
+        run_bench(args.settings, settings, args.keys, configurations, args.warmup, args.batches, args.out)
+    except BenchError as error:
+        print(f"bench error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BenchRunFailed as error:
+        print(f"bench error: {error}", file=sys.stderr)
+        return EXIT_QUERY_FAILED
+    print((args.out / "summary.md").read_text(), end="")
     return 0
 
 

@@ -142,7 +142,7 @@ def parser() -> argparse.ArgumentParser:
         type=positive_int,
         nargs="+",
         default=[10_000, 100_000, 1_000_000],
-        help="state sizes: distinct keys, also the rows per batch (default: %(default)s)",
+        help="state sizes: the state rows held at the last counted batch (default: %(default)s)",
     )
     bench.add_argument(
         "--batches", type=positive_int, default=10, help="batches counted per run (default: %(default)s)"

@@ -36,6 +36,7 @@ from typing import Any
 
 import pyspark
 
+from .capacity import human_bytes
 from .settings import ENV_PREFIX, Settings
 
 CONFIGURATIONS = {
@@ -134,14 +135,6 @@ def unsupported(operator: str, configuration: str) -> str | None:
     if operator == "custom_state" and CONFIGURATIONS[configuration][0] == "hdfs":
         return "transformWithState runs on RocksDB only in this Spark version"
     return None
-
-
-def human_bytes(count: float) -> str:
-    for unit in ("B", "KiB", "MiB"):
-        if abs(count) < 1024:
-            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
-        count /= 1024
-    return f"{count:,.2f} GiB"
 
 
 def percentile(values: list[float], share: float) -> float:

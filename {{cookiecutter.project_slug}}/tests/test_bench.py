@@ -80,11 +80,11 @@ def test_bench_runs_each_configuration_and_size_and_writes_its_files(write_setti
     assert "\nMachine: platform " in summary and "pyspark 4." in summary
     assert "\nThe state commit and GC times are sums over the tasks of every partition" in summary
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # Each run keeps its log, not its checkpoint.
+    # Each run keeps its log, not its checkpoint, output or event log.
     assert sorted(path.name for path in (out / "runs").iterdir()) == sorted(
         f"{r['configuration']}-{r['keys']}" for r in results
     )
-    assert not any((out / "runs").glob("*/checkpoint"))
+    assert sorted(path.name for path in (out / "runs").glob("*/*")) == ["job.log"] * len(results)
 
 
 @pytest.mark.parametrize(

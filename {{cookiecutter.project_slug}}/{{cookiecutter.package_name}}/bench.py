@@ -3,14 +3,14 @@
 Each run is `python -m <package> run` in a fresh process with a fresh checkpoint, its settings
 overridden through the environment: the rate-micro-batch source (one second of event time per
 batch), a 1-hour watermark (and window, and session timeout) so that nothing is evicted during the
-run, JSON progress lines, and Spark's UI on a free port. What "N keys" means follows the operator
+run, JSON progress lines, and Spark's event log. What "N keys" means follows the operator
 (see `input_plan`): the state rows the query holds at the last counted batch.
 
 The first batches warm up and are not counted. From each counted batch: its duration, the state
 commit time, rows per second, state rows and memory (Spark's query progress); the JVM GC time of
-its tasks (Spark's task metrics, from the REST API); the checkpoint bytes it wrote (files by
-modification time). After the last counted batch the run is stopped by SIGTERM, which the job
-handles as a graceful stop; until then Spark's REST API answers.
+its tasks (Spark's task metrics, from the event log once the run has ended); the checkpoint bytes
+it wrote (files by modification time). After the last counted batch the run is stopped by SIGTERM,
+which the job handles as a graceful stop.
 """
 
 from __future__ import annotations
@@ -24,11 +24,9 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -142,43 +140,39 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def rest(port: int, path: str) -> Any:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/applications{path}", timeout=10) as page:
-        return json.load(page)
-
-
 def batch_of(description: str | None) -> int | None:
     """The micro-batch a Spark job ran for: a streaming job's description ends with 'batch = N'."""
     match = re.search(r"\bbatch = (\d+)\s*$", description or "")
     return int(match.group(1)) if match else None
 
 
-def gc_ms_of_batches(port: int, batches: range, wait_seconds: float = 10) -> int | None:
-    """JVM GC time of the tasks of these batches: the stages' jvmGcTime (Spark's task metrics, from
-    the REST API), summed over the jobs whose description names one of the batches. Waits until those
-    jobs are complete in Spark's status store, which the progress event can overtake."""
-    deadline = time.monotonic() + wait_seconds
-    while True:
-        try:
-            application = "/" + rest(port, "")[0]["id"]
-            jobs = [job for job in rest(port, f"{application}/jobs") if batch_of(job.get("description")) in batches]
-            done = {batch_of(job["description"]) for job in jobs if job["status"] == "SUCCEEDED"}
-            if done >= set(batches) and all(job["status"] != "RUNNING" for job in jobs):
-                gc: dict[int, int] = {}
-                for stage in rest(port, f"{application}/stages"):
-                    gc[stage["stageId"]] = gc.get(stage["stageId"], 0) + stage.get("jvmGcTime", 0)
-                return sum(gc.get(stage, 0) for job in jobs for stage in job["stageIds"])
-        except (OSError, ValueError, LookupError):
-            pass
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.5)
+def gc_ms_of_batches(event_log: Path, batches: range) -> int | None:
+    """JVM GC time of the tasks of these batches: the "JVM GC Time" task metric of the stages of the
+    jobs whose description names one of the batches, from the run's event log. Read after the run
+    has ended, so every task is in it (the live status store lags the progress events under load).
+    None when the log has no job of some batch."""
+    logs = [path for path in event_log.glob("*") if path.is_file()] if event_log.is_dir() else []
+    if len(logs) != 1:
+        return None
+    stages_of_batch: dict[int, set[int]] = {}
+    gc_of_stage: dict[int, int] = {}
+    with open(logs[0]) as lines:
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:  # the last line of a log cut short
+                continue
+            kind = event.get("Event")
+            if kind == "SparkListenerJobStart":
+                batch = batch_of((event.get("Properties") or {}).get("spark.job.description"))
+                if batch in batches:
+                    stages_of_batch.setdefault(batch, set()).update(event["Stage IDs"])
+            elif kind == "SparkListenerTaskEnd":
+                gc = (event.get("Task Metrics") or {}).get("JVM GC Time", 0)
+                gc_of_stage[event["Stage ID"]] = gc_of_stage.get(event["Stage ID"], 0) + gc
+    if set(stages_of_batch) != set(batches):
+        return None
+    return sum(gc_of_stage.get(stage, 0) for stages in stages_of_batch.values() for stage in stages)
 
 
 def checkpoint_bytes_of_batches(checkpoint: Path, first: int, last: int) -> int:
@@ -195,16 +189,18 @@ def checkpoint_bytes_of_batches(checkpoint: Path, first: int, last: int) -> int:
     return total
 
 
-def run_environment(settings: Settings, folder: Path, configuration: str, plan: InputPlan, port: int) -> dict[str, str]:
+def run_environment(settings: Settings, folder: Path, configuration: str, plan: InputPlan) -> dict[str, str]:
     provider, changelog = CONFIGURATIONS[configuration]
     conf = {key: str(value) for key, value in settings.spark.conf.items()}
-    # The UI's REST API gives the GC time; it must keep every job and stage of the run.
+    # The event log gives the GC time per batch, read once the run has ended.
+    (folder / "event-log").mkdir(exist_ok=True)
     conf.update(
         {
-            "spark.ui.enabled": "true",
-            "spark.ui.port": str(port),
-            "spark.ui.retainedJobs": "100000",
-            "spark.ui.retainedStages": "100000",
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": (folder / "event-log").as_uri(),
+            # One plain JSON-lines file (Spark 4 rolls and compresses by default).
+            "spark.eventLog.rolling.enabled": "false",
+            "spark.eventLog.compress": "false",
         }
     )
     overrides = {
@@ -237,12 +233,11 @@ def run_one(
     settings_path: Path, settings: Settings, folder: Path, configuration: str, keys: int, warmup: int, batches: int
 ) -> Result:
     plan = input_plan(settings.query.operator, keys, warmup + batches)
-    port = free_port()
-    env = run_environment(settings, folder, configuration, plan, port)
+    env = run_environment(settings, folder, configuration, plan)
     command = [sys.executable, "-m", __package__, "run", "--settings", str(settings_path.resolve())]
     command += ["--max-batches", str(warmup + batches + SPARE_BATCHES)]
     last = warmup + batches - 1
-    events, gc_ms = [], None
+    events = []
     with open(folder / "job.log", "w") as log:
         process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
         try:
@@ -257,8 +252,6 @@ def run_one(
                     flush=True,
                 )
                 if batch == last:
-                    # The job still runs (Spark's REST API answers) until this SIGTERM.
-                    gc_ms = gc_ms_of_batches(port, range(warmup, last + 1))
                     process.send_signal(signal.SIGTERM)
             process.wait()
         finally:
@@ -275,6 +268,7 @@ def run_one(
             f"{configuration} with {keys:,} keys committed {len(counted)} of {batches} counted batches;"
             f" see {folder / 'job.log'}"
         )
+    gc_ms = gc_ms_of_batches(folder / "event-log", range(warmup, last + 1))
     durations = [event["batch_duration_ms"] for event in counted]
     commits = [sum(op["commit_time_ms"] or 0 for op in event["state_operators"]) for event in counted]
     return Result(
@@ -334,13 +328,13 @@ def run_bench(
     try:
         for size in dict.fromkeys(keys):  # each size once, in the order given
             for configuration in runnable:
-                # Each run's log stays in its folder; its checkpoint and output go once measured.
+                # Each run's log stays in its folder; its checkpoint, output and event log go once measured.
                 folder = out / "runs" / f"{configuration}-{size}"
                 shutil.rmtree(folder, ignore_errors=True)
                 folder.mkdir(parents=True)
                 started = time.monotonic()
                 results.append(run_one(settings_path, settings, folder, configuration, size, warmup, batches))
-                for scratch in ("checkpoint", "output"):
+                for scratch in ("checkpoint", "output", "event-log"):
                     shutil.rmtree(folder / scratch, ignore_errors=True)
                 elapsed = time.monotonic() - started
                 print(f"{configuration}, {size:,} keys: done in {elapsed:.0f} s", file=sys.stderr)
@@ -403,7 +397,7 @@ def write_results(
             "batch_ms, state_rows, state_memory_bytes, commit_ms": "Spark's query progress (StreamingQueryProgress;"
             " commit_ms is the stateOperators' commitTimeMs, summed over tasks)",
             "gc_ms_per_batch": "Spark's task metrics: jvmGcTime of the stages of the counted batches' jobs"
-            " (REST API), summed over tasks, / batches",
+            " (event log), summed over tasks, / batches",
             "checkpoint_bytes_per_batch": "bytes of the checkpoint files written during the counted batches"
             " (by modification time) / batches",
         },

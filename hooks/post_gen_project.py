@@ -111,6 +111,8 @@ def main() -> int:
     except ValueError as error:  # bad durations, and pairings such as custom_state with hdfs
         return refuse(f"{error}.")
     write_decision(sizing, decision)
+    if ANSWERS["platform"] != "databricks":
+        Path("databricks.yml").unlink()  # the Asset Bundle is for Databricks projects only
     banner = "!" * 78
     if decision.against_recommendation:
         print(banner, file=sys.stderr)

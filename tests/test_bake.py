@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -260,3 +262,81 @@ def test_cli_bake_from_a_relative_template_path(out):
     assert bad.returncode != 0
     assert "ERROR: watermark 'soon' is not an interval Spark can parse" in bad.stderr
     assert not (out / "bad" / "stream-job").exists()
+
+
+@pytest.mark.parametrize("answers", [{}, {"stateful_operator": "stream_stream_join", "source": "files"}])
+def test_the_generated_ci_workflow_runs_the_projects_own_gates(out, answers):
+    project = bake(out, **answers)
+    workflow = yaml.safe_load((project / ".github" / "workflows" / "ci.yml").read_text())
+    steps = workflow["jobs"]["test"]["steps"]
+    uses = {step["uses"].split("@")[0]: step.get("with", {}) for step in steps if "uses" in step}
+    assert uses["actions/setup-java"]["java-version"] == "17"
+    assert uses["actions/setup-python"]["python-version"] == "3.11"
+    assert "actions/checkout" in uses
+    runs = [step["run"] for step in steps if "run" in step]
+    assert runs[0] == "make install" and "make lint" in runs and runs[-1] == "make test"
+    makefile = (project / "Makefile").read_text()
+    for run in runs:
+        if run.startswith("make "):
+            assert f"\n{run.split()[1]}:" in makefile, run
+    # The sizing check is a real command of the project: it passes as baked, and fails (exit 2)
+    # once the capacity figures outgrow the HDFS-backed store the bake chose.
+    sizing = next(run for run in runs if "estimate --check" in run)
+    package = json.loads((project / ".cookiecutter.json").read_text())["package_name"]
+    arguments = sizing.split("python ", 1)[1].split()
+    assert arguments[:2] == ["-m", package]
+    passed = run_in(project, *arguments)
+    assert passed.returncode == 0, passed.stderr
+    assert passed.stdout.startswith("sizing check: state_store.provider ")
+    if json.loads((project / ".cookiecutter.json").read_text())["stateful_operator"] == "windowed_aggregation":
+        env_name = f"{package.upper()}_CAPACITY__INPUT_ROWS_PER_SECOND"
+        outgrown = subprocess.run(
+            [sys.executable, *arguments],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            env={**os.environ, env_name: "1e7"},
+        )
+        assert outgrown.returncode == 2
+        assert "sizing check failed: state_store.provider is hdfs but the sizing of settings.yaml needs rocksdb" in (
+            outgrown.stderr
+        )
+
+
+# Top-level mappings of databricks.yml as the Asset Bundle configuration reference documents them.
+BUNDLE_TOP_LEVEL = {
+    "bundle", "include", "variables", "workspace", "artifacts", "resources", "targets", "sync", "permissions",
+    "run_as", "presets", "experimental", "scripts", "python",
+}  # fmt: skip
+TASK_TYPES = {"spark_python_task", "python_wheel_task", "notebook_task", "spark_jar_task", "spark_submit_task"}
+
+
+def test_databricks_projects_get_an_asset_bundle_that_runs_the_entry_point(out):
+    assert not (bake(out / "oss") / "databricks.yml").exists()
+    project = bake(out / "databricks", platform="databricks")
+    text = (project / "databricks.yml").read_text()
+    bundle = yaml.safe_load(text)
+    assert set(bundle) <= BUNDLE_TOP_LEVEL and bundle["bundle"]["name"] == project.name
+    assert {name: target.get("mode") for name, target in bundle["targets"].items()} == {
+        "dev": "development",
+        "prod": "production",
+    }
+    assert [name for name, target in bundle["targets"].items() if target.get("default")] == ["dev"]
+    (job,) = bundle["resources"]["jobs"].values()
+    assert job["max_concurrent_runs"] == 1
+    (task,) = job["tasks"]
+    assert len(TASK_TYPES & set(task)) == 1
+    python_task = task["spark_python_task"]
+    assert (project / python_task["python_file"]).is_file()
+    assert python_task["parameters"] == ["--settings", "${var.settings_file}"]
+    # Every ${var.X} is a declared variable, and the environment the task names exists.
+    used = set(re.findall(r"\$\{var\.([a-z_]+)\}", text))
+    assert used and used <= set(bundle["variables"])
+    # Classic job compute (serverless runs streams available-now only): the task's cluster is defined,
+    # and the project's wheel is installed on it.
+    assert task["job_cluster_key"] in {cluster["job_cluster_key"] for cluster in job["job_clusters"]}
+    (cluster,) = job["job_clusters"]
+    assert {"spark_version", "node_type_id", "num_workers"} <= set(cluster["new_cluster"])
+    assert task["libraries"] == [{"whl": "./dist/*.whl"}]
+    assert "environments" not in job
+    assert settings_of(project)["spark"]["platform"] == "databricks"

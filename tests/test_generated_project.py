@@ -18,7 +18,9 @@ pytestmark = pytest.mark.slow
 # main.py, the rate-source restarts, spark-submit), and the crash tests on hdfs (those on RocksDB
 # stay), to keep CI short. The default bake leaves out its parquet crash tests, which the repeated
 # kills of test_fault_injection cover more strictly, its crash into delta on hdfs, and the repeated
-# kills on RocksDB without changelog (the custom_state bake's crash tests run that store).
+# kills on RocksDB without changelog (the custom_state bake's crash tests run that store). The
+# standalone cluster test runs in the join bake instead of the default one, on RocksDB with two
+# inputs, which balances the two CI workers (the default bake is the longer).
 SAME_IN_EVERY_PROJECT = [
     "--ignore=tests/test_operators.py",
     "--ignore=tests/test_guard.py",
@@ -31,6 +33,8 @@ SAME_IN_EVERY_PROJECT = [
     "--ignore=tests/test_disk_errors.py",
     "--ignore=tests/test_monitoring.py",
     "--ignore=tests/test_bench.py",
+    "--ignore=tests/test_cluster.py",
+    "--ignore=tests/test_cluster_sizing.py",
     "-k",
     "not exact_output_and_restart and not main_py and not exits_2 and not delta-hdfs"
     " and not (sigkill_mid_batch and hdfs)",
@@ -45,6 +49,8 @@ REPRESENTATIVE = [
             "-k",
             "not (sigkill_mid_batch and parquet) and not delta-hdfs"
             " and not repeated_kills_lose_and_repeat_nothing[rocksdb]",
+            "-m",
+            "not cluster",
         ],
         id="defaults:operator:windowed_aggregation-provider:hdfs-source:rate-sink:parquet",
     ),
@@ -57,7 +63,7 @@ REPRESENTATIVE = [
             "platform": "databricks",
             "project_name": "Clicks Per User",
         },
-        SAME_IN_EVERY_PROJECT,
+        [option for option in SAME_IN_EVERY_PROJECT if option != "--ignore=tests/test_cluster.py"],
         id="operator:stream_stream_join-provider:rocksdb-source:files-sink:delta-platform:databricks",
     ),
     pytest.param(

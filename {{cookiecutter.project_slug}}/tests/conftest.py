@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -49,6 +50,13 @@ def start_job(settings_path: Path | str, log: TextIO) -> subprocess.Popen:
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """`python -m {{ cookiecutter.package_name }} args...` as a real process, without the developer's settings overrides."""
     return run_python("-m", "{{ cookiecutter.package_name }}", *args, env=clean_env())
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a Spark UI or daemon the test starts)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def clean_env() -> dict[str, str]:

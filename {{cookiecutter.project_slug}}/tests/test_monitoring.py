@@ -18,13 +18,12 @@ import urllib.request
 
 import pytest
 
-from {{ cookiecutter.package_name }}.bench import free_port
 from {{ cookiecutter.package_name }}.job import run_query
 from {{ cookiecutter.package_name }}.progress import format_progress
 from {{ cookiecutter.package_name }}.session import apply_confs
 from {{ cookiecutter.package_name }}.settings import load_settings
 
-from .conftest import PROJECT_DIR, clean_env, deep_merge, run_python, write_settings_file
+from .conftest import PROJECT_DIR, clean_env, deep_merge, free_port, run_python, write_settings_file
 from .test_soak import SOAK
 
 pytestmark = pytest.mark.streaming

@@ -12,15 +12,18 @@ import json
 import re
 import shutil
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from . import capacity
+from .cluster_sizing import DEFAULT_EXECUTOR_MEMORY, ClusterSizing, cluster_report, size_cluster
 from .connectors import ConnectorError, packages
 from .delta_writer import MissingPackageError, require_deltalake
 from .guard import RESTORE_OR_RESTART, CheckpointUnreadable, GuardReport, check_checkpoint, empty_state_files
 from .inspection import InspectError
 from .java import JavaError
+from .packaging import DEPLOY_MODES, build_py_files, shell_line, submit_command
 from .settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_settings, nearest_existing_folder
 
 if TYPE_CHECKING:
@@ -109,7 +112,30 @@ def parser() -> argparse.ArgumentParser:
         default=2000,
         help="events per sample file of the calibration run, 6 files (default: %(default)s)",
     )
+    estimate.add_argument(
+        "--executors",
+        type=positive_int,
+        help="add the cluster sizing: state and memory per executor for N executors"
+        " (default: spark.conf spark.executor.instances, if set)",
+    )
+    estimate.add_argument(
+        "--executor-memory",
+        help="executor heap for the cluster sizing, such as 8g (default: spark.conf spark.executor.memory, else 1g)",
+    )
     estimate.add_argument("--json", action="store_true", help="print JSON instead of the report")
+    estimate.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 2 when settings.yaml's provider is hdfs but the sizing needs rocksdb (for CI)",
+    )
+
+    package = commands.add_parser(
+        "package", help="zip the package for spark-submit --py-files and print the spark-submit command"
+    )
+    add_settings_argument(package, "settings file to ship with --files")
+    package.add_argument("--out", type=Path, default=Path("dist"), help="where the zip goes (default: %(default)s)")
+    package.add_argument("--master", help="the cluster's master URL (default: spark.master of the settings)")
+    package.add_argument("--deploy-mode", choices=DEPLOY_MODES, default="client", help="(default: %(default)s)")
 
     check = commands.add_parser(
         "check", help="compare settings with the existing checkpoint, without starting Spark (exit 4 on drift)"
@@ -204,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "sample-input":
             return cmd_sample_input(args)
+        if args.command == "package":
+            return cmd_package(args)
         if args.command == "check":
             return cmd_check(args)
         if args.command == "inspect":
@@ -251,6 +279,7 @@ ESTIMATE_REQUIRED = ("rate", "watermark", "bytes_per_row", "partitions", "operat
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     inputs = {name: getattr(args, name) for name in ESTIMATE_FROM_SETTINGS}
+    settings = None
     if args.calibrate and args.bytes_per_row is not None:
         print("estimate error: give --bytes-per-row or --calibrate (which measures it), not both", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -295,13 +324,79 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"estimate error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.check:
+        return sizing_check(load_settings(args.settings), sizing)
+    if args.executors is not None or args.executor_memory is not None:
+        settings = load_settings(args.settings)
+    try:
+        cluster = cluster_sizing_of(settings, sizing, args.executors, args.executor_memory) if settings else None
+    except ValueError as error:
+        print(f"estimate error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.json:
         result = sizing.to_dict()
         if calibration is not None:
             result["calibration"] = calibration.to_dict()
+        if cluster is not None:
+            result["cluster"] = asdict(cluster)
         print(json.dumps(result, indent=2))
     else:
         print(capacity.report(sizing))
+        print(cluster_report(cluster) if cluster else CLUSTER_HINT)
+    return 0
+
+
+CLUSTER_HINT = (
+    "Cluster sizing: give --executors N (or set spark.executor.instances in spark.conf) for the state and"
+    " memory per executor"
+)
+
+
+def cluster_sizing_of(
+    settings: Settings, sizing: capacity.Estimate, executors: int | None, executor_memory: str | None
+) -> ClusterSizing | None:
+    """The cluster sizing for the flags, else the executors and memory of spark.conf; None without a count."""
+    conf = settings.spark.conf
+    if executors is None:
+        if "spark.executor.instances" not in conf:
+            return None
+        executors = positive_conf("spark.executor.instances", conf["spark.executor.instances"])
+    rocksdb = settings.state_store.rocksdb
+    overhead = conf.get("spark.executor.memoryOverhead")
+    return size_cluster(
+        sizing,
+        settings.state_store.provider,
+        executors,
+        executor_memory or str(conf.get("spark.executor.memory", DEFAULT_EXECUTOR_MEMORY)),
+        rocksdb.bounded_memory_usage,
+        rocksdb.max_memory_usage_mb,
+        None if overhead is None else str(overhead),
+    )
+
+
+def positive_conf(name: str, value: object) -> int:
+    try:
+        number = int(str(value))
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(f"spark.conf {name} must be a whole number of 1 or more, got {value!r}")
+    return number
+
+
+def sizing_check(settings: Settings, sizing: capacity.Estimate) -> int:
+    """The bake-time decision, checked again: an HDFS-backed store that the sizing has outgrown fails."""
+    chosen = settings.state_store.provider
+    per_partition = capacity.human_bytes(sizing.projected_bytes_per_partition)
+    if chosen == "hdfs" and sizing.recommended_provider == "rocksdb":
+        print(
+            f"sizing check failed: state_store.provider is hdfs but the sizing of settings.yaml needs rocksdb"
+            f" ({per_partition} per partition); before the first run set provider: rocksdb, or lower the"
+            " capacity figures if they are wrong (a checkpoint that exists keeps its provider: see README)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    print(f"sizing check: state_store.provider {chosen} holds {per_partition} per partition")
     return 0
 
 
@@ -367,6 +462,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_QUERY_FAILED
     finally:
         spark.stop()
+    return 0
+
+
+def cmd_package(args: argparse.Namespace) -> int:
+    settings = load_settings(args.settings)
+    py_files = build_py_files(args.out)
+    command = submit_command(
+        args.master or settings.spark.master, args.deploy_mode, py_files, args.settings, packages(settings)
+    )
+    print(f"package: {py_files} written; run (from this folder):", file=sys.stderr)
+    print(shell_line(command))
     return 0
 
 

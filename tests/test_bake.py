@@ -311,9 +311,29 @@ BUNDLE_TOP_LEVEL = {
 TASK_TYPES = {"spark_python_task", "python_wheel_task", "notebook_task", "spark_jar_task", "spark_submit_task"}
 
 
+def effective_settings(project: Path, package: str, env: dict[str, str]) -> dict:
+    """The settings the generated job would run with (`config`), under these environment overrides."""
+    result = subprocess.run(
+        [sys.executable, "-m", package, "config"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+    )
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)["settings"]
+
+
+def leaves(tree: dict, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], object]]:
+    found = []
+    for key, value in tree.items():
+        found += leaves(value, (*prefix, key)) if isinstance(value, dict) and value else [((*prefix, key), value)]
+    return found
+
+
 def test_databricks_projects_get_an_asset_bundle_that_runs_the_entry_point(out):
     assert not (bake(out / "oss") / "databricks.yml").exists()
-    project = bake(out / "databricks", platform="databricks")
+    project = bake(out / "databricks", platform="databricks", stateful_operator="stream_stream_join")
     text = (project / "databricks.yml").read_text()
     bundle = yaml.safe_load(text)
     assert set(bundle) <= BUNDLE_TOP_LEVEL and bundle["bundle"]["name"] == project.name
@@ -339,4 +359,22 @@ def test_databricks_projects_get_an_asset_bundle_that_runs_the_entry_point(out):
     assert {"spark_version", "node_type_id", "num_workers"} <= set(cluster["new_cluster"])
     assert task["libraries"] == [{"whl": "./dist/*.whl"}]
     assert "environments" not in job
+    # settings.yaml's local folders move to the volume through the job's environment overrides: each
+    # is a real settings field, and no other local folder is left.
+    package = json.loads((project / ".cookiecutter.json").read_text())["package_name"]
+    volume = bundle["variables"]["volume"]["default"]
+    assert volume == f"/Volumes/main/default/{package}"
+    env = {
+        name: value.replace("${var.volume}", volume) for name, value in cluster["new_cluster"]["spark_env_vars"].items()
+    }
+    local = effective_settings(project, package, {})
+    on_databricks = effective_settings(project, package, env)
+    moved = {path: value for path, value in leaves(on_databricks) if value != dict(leaves(local))[path]}
+    assert moved == {
+        ("query", "checkpoint_location"): f"{volume}/checkpoints",
+        ("sink", "path"): f"{volume}/output",
+        ("source", "files", "path"): f"{volume}/landing",
+        ("join_source", "files", "path"): f"{volume}/landing_join",
+    }
+    assert [path for path, value in leaves(on_databricks) if str(value).startswith(str(project))] == []
     assert settings_of(project)["spark"]["platform"] == "databricks"

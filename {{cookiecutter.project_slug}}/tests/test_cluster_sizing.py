@@ -89,7 +89,19 @@ def test_estimate_command_adds_the_cluster_sizing(write_settings):
     assert json.loads(flags.stdout)["cluster"]["state_per_executor_bytes"] == 25 * 2_112_000
     bad = run_cli("estimate", "--settings", str(settings), "--executors", "2", "--executor-memory", "lots")
     assert bad.returncode == 2
-    assert bad.stderr.startswith("estimate error: executor memory must be a Spark memory size such as 512m")
+    assert bad.stderr.startswith("estimate error: --executor-memory must be a Spark memory size such as 512m")
+    assert "got 'lots'" in bad.stderr
+    # A bad figure in spark.conf is named as such.
+    conf = {"spark.executor.instances": 2, "spark.executor.memory": "a lot"}
+    from_conf = run_cli("estimate", "--settings", str(write_settings({"spark": {"conf": conf}}, name="conf.yaml")))
+    assert from_conf.returncode == 2
+    assert from_conf.stderr.startswith("estimate error: spark.conf spark.executor.memory must be a Spark memory size")
+    count = write_settings({"spark": {"conf": {"spark.executor.instances": "two"}}}, name="count.yaml")
+    bad_count = run_cli("estimate", "--settings", str(count))
+    assert (bad_count.returncode, bad_count.stderr) == (
+        2,
+        "estimate error: spark.conf spark.executor.instances must be a whole number of 1 or more, got 'two'\n",
+    )
     no_count = run_cli("estimate", "--settings", str(write_settings({}, name="plain.yaml")))
     assert no_count.stdout.rstrip().endswith(
         "Cluster sizing: give --executors N (or set spark.executor.instances"

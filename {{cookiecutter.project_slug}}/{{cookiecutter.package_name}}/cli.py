@@ -329,7 +329,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.executors is not None or args.executor_memory is not None:
         settings = load_settings(args.settings)
     try:
-        cluster = cluster_sizing_of(settings, sizing, args.executors, args.executor_memory) if settings else None
+        cluster = (
+            None if settings is None else cluster_sizing_of(settings, sizing, args.executors, args.executor_memory)
+        )
     except ValueError as error:
         print(f"estimate error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -363,14 +365,21 @@ def cluster_sizing_of(
         executors = positive_conf("spark.executor.instances", conf["spark.executor.instances"])
     rocksdb = settings.state_store.rocksdb
     overhead = conf.get("spark.executor.memoryOverhead")
+    if executor_memory is not None:
+        memory, field = executor_memory, "--executor-memory"
+    elif "spark.executor.memory" in conf:
+        memory, field = str(conf["spark.executor.memory"]), "spark.conf spark.executor.memory"
+    else:
+        memory, field = DEFAULT_EXECUTOR_MEMORY, "executor memory"
     return size_cluster(
         sizing,
         settings.state_store.provider,
         executors,
-        executor_memory or str(conf.get("spark.executor.memory", DEFAULT_EXECUTOR_MEMORY)),
+        memory,
         rocksdb.bounded_memory_usage,
         rocksdb.max_memory_usage_mb,
         None if overhead is None else str(overhead),
+        memory_field=field,
     )
 
 

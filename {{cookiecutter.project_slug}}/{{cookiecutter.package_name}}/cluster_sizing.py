@@ -75,15 +75,17 @@ def size_cluster(
     bounded_memory: bool,
     max_memory_usage_mb: int,
     memory_overhead: str | None,
+    memory_field: str = "executor memory",
 ) -> ClusterSizing:
     """The state per executor for `executors` executors, and the memory settings it calls for.
 
     bounded_memory, max_memory_usage_mb: the settings' state_store.rocksdb values;
-    memory_overhead: spark.executor.memoryOverhead as set in spark.conf, or None.
+    memory_overhead: spark.executor.memoryOverhead as set in spark.conf, or None;
+    memory_field: where executor_memory comes from, for the error message.
     """
     if executors < 1:
         raise ValueError(f"executors must be a whole number of 1 or more, got {executors}")
-    memory = parse_memory("executor memory", executor_memory)
+    memory = parse_memory(memory_field, executor_memory)
     per_partition = sizing.projected_bytes_per_partition
     partitions_per_executor = math.ceil(sizing.shuffle_partitions / executors)
     per_executor = partitions_per_executor * per_partition

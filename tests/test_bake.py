@@ -127,6 +127,14 @@ def test_combination_bakes_clean(out, answers):
     needs_deltalake = any(dep.startswith("deltalake") for dep in pyproject["project"]["dependencies"])
     assert needs_deltalake is (answers["sink"] == "delta")
     makefile = (project / "Makefile").read_text()
+    # make package works whatever the demo's shape (its variables once sat in a branch of one).
+    package = subprocess.run(["make", "-n", "package"], cwd=project, capture_output=True, text=True)
+    assert package.returncode == 0 and package.stdout.rstrip().endswith("--deploy-mode client"), package.stderr
+    assert "--master" not in package.stdout
+    cluster = subprocess.run(
+        ["make", "-n", "package", "MASTER=yarn", "DEPLOY_MODE=cluster"], cwd=project, capture_output=True, text=True
+    )
+    assert cluster.stdout.rstrip().endswith("--master yarn --deploy-mode cluster")
     assert ("sample-input" in makefile.split("\ndemo:")[1]) is (answers["source"] == "files")
     assert ("STREAM_JOB_SOURCE__TYPE=rate" in makefile) is (answers["source"] != "files")
     assert ("STREAM_JOB_SINK__DELTA__WRITER=deltalake" in makefile) is (answers["sink"] == "delta")

@@ -102,6 +102,13 @@ EXPECTED_PACKAGES = {
 }
 
 
+def dry_run_make(project: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """`make -n` in the bake, as a top-level make (CI runs these tests under `make test`)."""
+    env = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    command = ["make", "--no-print-directory", "-n", *arguments]
+    return subprocess.run(command, cwd=project, capture_output=True, text=True, env=env)
+
+
 def settings_of(project: Path) -> dict:
     return yaml.safe_load((project / "settings.yaml").read_text(encoding="utf-8"))
 
@@ -128,12 +135,10 @@ def test_combination_bakes_clean(out, answers):
     assert needs_deltalake is (answers["sink"] == "delta")
     makefile = (project / "Makefile").read_text()
     # make package works whatever the demo's shape (its variables once sat in a branch of one).
-    package = subprocess.run(["make", "-n", "package"], cwd=project, capture_output=True, text=True)
+    package = dry_run_make(project, "package")
     assert package.returncode == 0 and package.stdout.rstrip().endswith("--deploy-mode client"), package.stderr
     assert "--master" not in package.stdout
-    cluster = subprocess.run(
-        ["make", "-n", "package", "MASTER=yarn", "DEPLOY_MODE=cluster"], cwd=project, capture_output=True, text=True
-    )
+    cluster = dry_run_make(project, "package", "MASTER=yarn", "DEPLOY_MODE=cluster")
     assert cluster.stdout.rstrip().endswith("--master yarn --deploy-mode cluster")
     assert ("sample-input" in makefile.split("\ndemo:")[1]) is (answers["source"] == "files")
     assert ("STREAM_JOB_SOURCE__TYPE=rate" in makefile) is (answers["source"] != "files")

@@ -324,10 +324,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"estimate error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.check:
-        return sizing_check(load_settings(args.settings), sizing)
-    if args.executors is not None or args.executor_memory is not None:
+    # The settings file is read once: here if the inputs above did not need it.
+    if settings is None and (args.check or args.executors is not None or args.executor_memory is not None):
         settings = load_settings(args.settings)
+    if args.check:
+        return sizing_check(settings, sizing)
     try:
         cluster = (
             None if settings is None else cluster_sizing_of(settings, sizing, args.executors, args.executor_memory)

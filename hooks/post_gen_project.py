@@ -7,7 +7,7 @@ exits 1 and cookiecutter removes the project. Standard library only.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -24,15 +24,20 @@ SETTINGS = Path("settings.yaml")
 DECISION_MARKER = "  # @sizing-decision@"
 PROVIDER_LINE = "  provider: auto"
 CHANGELOG_LINE = "  changelog_checkpointing: auto"
+# Files that only some projects get: path -> whether this project keeps it.
+OPTIONAL_PATHS = {
+    "databricks.yml": ANSWERS["platform"] == "databricks",  # the Asset Bundle
+    f"{PACKAGE}/sessions.py": ANSWERS["stateful_operator"] == "custom_state",  # the custom state processor
+}
 
 
-def load_capacity_module():
-    path = Path(PACKAGE) / "capacity.py"
-    spec = importlib.util.spec_from_file_location(f"{PACKAGE}_capacity", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+def load_machinery(module: str):
+    """A module of the generated package's machinery (standard library only), from this very project."""
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        return importlib.import_module(f"{PACKAGE}.machinery.{module}")
+    finally:
+        sys.path.pop(0)
 
 
 def decision_comment(sizing, decision) -> list[str]:
@@ -83,12 +88,12 @@ def refuse(sentence: str) -> int:
 
 
 def main() -> int:
-    capacity = load_capacity_module()
+    durations, capacity = load_machinery("durations"), load_machinery("sizing.capacity")
     # Every duration lands in settings.yaml, whichever operator uses it, so each must parse.
     for name in ("watermark", "window", "join_range", "session_timeout"):
         try:
-            capacity.parse_duration(ANSWERS[name])
-        except capacity.DurationError as error:
+            durations.parse_duration(ANSWERS[name])
+        except durations.DurationError as error:
             return refuse(f"{name} {error}.")
     cardinality = str(ANSWERS["key_cardinality"]).strip()
     joined = ANSWERS["stateful_operator"] == "stream_stream_join"
@@ -111,8 +116,9 @@ def main() -> int:
     except ValueError as error:  # bad durations, and pairings such as custom_state with hdfs
         return refuse(f"{error}.")
     write_decision(sizing, decision)
-    if ANSWERS["platform"] != "databricks":
-        Path("databricks.yml").unlink()  # the Asset Bundle is for Databricks projects only
+    for path, wanted in OPTIONAL_PATHS.items():
+        if not wanted:
+            Path(path).unlink()
     banner = "!" * 78
     if decision.against_recommendation:
         print(banner, file=sys.stderr)

@@ -1,5 +1,5 @@
-"""`python -m {{ cookiecutter.package_name }} <command>`."""
+"""`python -m {{ cookiecutter.package_name }} <command>`: the machinery's command line."""
 
-from .cli import main
+from .machinery.cli import main
 
 raise SystemExit(main())

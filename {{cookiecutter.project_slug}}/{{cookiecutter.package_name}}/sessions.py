@@ -26,7 +26,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
-from .capacity import parse_duration
+from .machinery.durations import parse_duration
 
 STATE_SCHEMA = "session_start timestamp, session_end timestamp, visits long, recent_event_ids array<string>"
 OUTPUT_SCHEMA = f"key string, {STATE_SCHEMA}"

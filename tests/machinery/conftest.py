@@ -1,0 +1,324 @@
+"""Shared fixtures of the machinery's proofs: one local Spark session, settings written to real files.
+
+These tests run inside a real bake of the template (tests/test_machinery.py copies them there), on
+the bake's own example query: the operator is the one its query module declares.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TextIO
+
+import pytest
+import yaml
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from stream_job.machinery.durations import parse_duration
+from stream_job.machinery.endpoints.sample_input import write_sample_files
+from stream_job.machinery.runtime.job import apply_operator
+from stream_job.machinery.settings import ENV_PREFIX, Settings, load_settings
+from stream_job.query import EVENT_SCHEMA, OPERATOR
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+PROJECT_SETTINGS = PROJECT_DIR / "settings.yaml"
+
+
+def run_python(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python args...` in the project folder, as a real separate process."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def start_job(settings_path: Path | str, log: TextIO) -> subprocess.Popen:
+    """`python main.py --settings PATH` started as a separate process, its output into log."""
+    return subprocess.Popen(
+        [sys.executable, "main.py", "--settings", str(settings_path)],
+        cwd=PROJECT_DIR,
+        stdout=log,
+        stderr=log,
+        env=clean_env(),
+    )
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m stream_job args...` as a real process, without the developer's settings overrides."""
+    return run_python("-m", "stream_job", *args, env=clean_env())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker in (
+        "operator: depends on the bake's operator; runs in the bake of every operator",
+        "streaming: runs real streaming queries on local Spark",
+        "crash: kills a real job process with SIGKILL and restarts it",
+        "soak: 50 batches of the aggregation, to see that state levels off",
+        "cluster: starts a Spark standalone cluster (a master and two workers) on 127.0.0.1",
+    ):
+        config.addinivalue_line("markers", marker)
+
+
+def project_copy(folder: Path, query_edits: dict[str, str]) -> Path:
+    """The project (main.py and its package) copied into folder, with its query.py edited: old -> new
+    text, each found exactly once. A user's code change, made for real, on a copy."""
+    import shutil
+
+    package = next(path.parent for path in PROJECT_DIR.glob("*/query.py"))
+    project = folder / "project"
+    shutil.copytree(package, project / package.name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PROJECT_DIR / "main.py", project)
+    query = project / package.name / "query.py"
+    text = query.read_text()
+    for old, new in query_edits.items():
+        assert text.count(old) == 1, f"{old!r} is not in {query} exactly once"
+        text = text.replace(old, new)
+    query.write_text(text)
+    return project
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a Spark UI or daemon the test starts)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without the developer's own settings overrides."""
+    return {name: value for name, value in os.environ.items() if not name.upper().startswith(ENV_PREFIX)}
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """Every file under folder with a hash of its bytes."""
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def committed_batches(checkpoint: Path | str) -> list[int]:
+    commits = Path(checkpoint) / "commits"
+    return sorted(int(path.name) for path in commits.iterdir() if path.name.isdigit()) if commits.is_dir() else []
+
+
+# The operator of the bake's query module: every test runs it (a bake holds one operator's code).
+BAKED_OPERATOR = OPERATOR
+# A provider every operator runs on, for tests about something else than the provider.
+ANY_PROVIDER = "rocksdb" if BAKED_OPERATOR == "custom_state" else "hdfs"
+FILES_JOB_JOIN_RANGE = timedelta(minutes=1)
+FILES_JOB_SESSION_TIMEOUT = timedelta(minutes=1)
+
+
+def operator_changes(operator: str, join_landing: Path | None = None) -> dict[str, Any]:
+    """Settings changes for the bake's operator: a second landing directory for a join, shorter spans."""
+    assert operator == BAKED_OPERATOR, f"this bake runs {BAKED_OPERATOR}, not {operator}"
+    changes: dict[str, Any] = {"query": {}, "join_source": None}
+    if operator == "stream_stream_join":
+        join_files = {"path": str(join_landing), "max_files_per_trigger": 1}
+        changes["join_source"] = {"type": "files", "files": join_files}
+        changes["query"]["join"] = {"type": "left_outer", "range": f"{FILES_JOB_JOIN_RANGE.seconds} seconds"}
+    if operator == "custom_state":
+        changes["query"]["custom_state"] = {"session_timeout": f"{FILES_JOB_SESSION_TIMEOUT.seconds} seconds"}
+    return changes
+
+
+def files_job(
+    tmp_path: Path, sink: str, provider: str, changelog: bool = False, files: int = 6, operator: str = BAKED_OPERATOR
+) -> dict[str, Any]:
+    """Settings changes for a deterministic run: `files` landing files, one per micro-batch, until all are done.
+
+    Each file covers two minutes of event time, 40 events 3 s apart, and the watermark is one
+    minute, so a crash or replay has several batches with output to get wrong. Per operator:
+    4 keys in turn and 1-minute windows; for the join, a key per order and the payments in a
+    second directory (15 s, 45 s or 90 s after their order, every fifth order unpaid) with a
+    1-minute range; for custom_state, runs of 10 events per key, i.e. sessions of 30 s, 93 s apart.
+    """
+    if operator == "custom_state" and provider == "hdfs":
+        pytest.skip("custom_state runs only on the RocksDB state store")
+    landing, join_landing = tmp_path / "landing", tmp_path / "landing-join"
+    keys = 10**9 if operator == "stream_stream_join" else 4
+    shape = {"files": files, "events_per_file": 40, "keys": keys, "advance_per_file": timedelta(minutes=2)}
+    if operator == "custom_state":
+        shape["run_length"] = 10
+    write_sample_files(landing, **shape)
+    if operator == "stream_stream_join":
+        delays = tuple(FILES_JOB_JOIN_RANGE * share for share in (0.25, 0.75, 1.5))
+        write_sample_files(join_landing, **shape, payment_delays=delays)
+    changes = {
+        "spark": {"shuffle_partitions": 2, "platform": "oss", "master": "local[2]"},
+        "state_store": {"provider": provider, "changelog_checkpointing": changelog},
+        "source": {"type": "files", "files": {"path": str(landing), "max_files_per_trigger": 1}},
+        "sink": {
+            "type": sink,
+            "output_mode": "append",
+            "path": str(tmp_path / "output"),
+            "delta": {"writer": "deltalake"},
+        },
+        "query": {
+            "name": f"test_{tmp_path.name}",
+            "watermark": "1 minute",
+            "window": "1 minute",
+            "checkpoint_location": str(tmp_path / "checkpoint"),
+            "trigger": "available_now",
+        },
+    }
+    return deep_merge(changes, operator_changes(operator, join_landing))
+
+
+def read_events_batch(spark: SparkSession, path: str) -> DataFrame:
+    return spark.read.schema(EVENT_SCHEMA).json(path)
+
+
+def final_watermark(spark: SparkSession, settings: Settings) -> datetime:
+    """Where an available-now run leaves the watermark: the newest event time less the delay, on the
+    input that is furthest behind (Spark takes the minimum over a join's two inputs)."""
+    newest = min(
+        read_events_batch(spark, source.files.path).agg(F.max("event_time")).first()[0]
+        for source in settings.inputs.values()
+    )
+    return newest - timedelta(seconds=parse_duration(settings.query.watermark))
+
+
+def batch_expectation(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The same computation as a batch job on the same files (in order, none late), as a stream emits it.
+
+    Deduplication emits each first event, and an inner join each match, at once. Rows that wait
+    for the watermark are emitted once it passes them, and an available-now run ends with a batch
+    that moves the watermark to final_watermark: a window ending by then, an unmatched order whose
+    range ended before it, a session whose timeout ran out before it.
+    """
+    events = read_events_batch(spark, settings.source.files.path)
+    watermark = F.lit(final_watermark(spark, settings))
+    query = settings.query
+    if query.operator == "custom_state":
+        return session_expectation(spark, events, settings)
+    join_events = None if settings.join_source is None else read_events_batch(spark, settings.join_source.files.path)
+    result = apply_operator(events, query, join_events)
+    if query.operator == "windowed_aggregation":
+        return result.where(F.col("window_end") <= watermark)
+    if query.operator == "stream_stream_join" and query.join.type == "left_outer":
+        join_range = timedelta(seconds=parse_duration(query.join.range))
+        return result.where(F.col("join_event_id").isNotNull() | (F.col("event_time") + F.lit(join_range) < watermark))
+    return result
+
+
+def session_expectation(spark: SparkSession, events: DataFrame, settings: Settings) -> DataFrame:
+    """custom_state as plain Python over all events: every session a later one closed, and any whose
+    timeout ran out before the final watermark."""
+    from stream_job.sessions import OUTPUT_SCHEMA, advance  # a custom_state bake's own module
+
+    timeout = timedelta(seconds=parse_duration(settings.query.custom_state.session_timeout))
+    recent = settings.query.custom_state.recent_events
+    watermark = final_watermark(spark, settings)
+    by_key: dict[str, list] = {}
+    for row in events.collect():
+        by_key.setdefault(row.key, []).append((row.event_time, row.event_id))
+    rows = []
+    for key, key_events in by_key.items():
+        closed, still_open = advance(None, sorted(key_events), timeout, recent)
+        if still_open.session_end + timeout < watermark:
+            closed.append(still_open)
+        rows += [session.row(key) for session in closed]
+    return spark.createDataFrame(rows, OUTPUT_SCHEMA)
+
+
+def expected_row_count(operator: str, files: int) -> int:
+    """Rows the files_job input yields, counted by hand from its shape (see files_job).
+
+    Deduplication keeps all 40 x files events (none repeat). The windowed count closes windows
+    0 .. 2 x files - 3 (the newest event is at 2 x files minutes less 3 s), 4 keys each. The join:
+    8 of every 15 orders match (paid, and within 15 s or 45 s); the other orders are emitted alone
+    once the watermark (the newest order less a minute) passes their time plus the one-minute
+    range. custom_state: 4 sessions per file, all closed but the last file's.
+    """
+    events = 40 * files
+    if operator == "deduplication":
+        return events
+    if operator == "windowed_aggregation":
+        return (2 * files - 2) * 4
+    if operator == "custom_state":
+        return 4 * (files - 1)
+    newest_order_s = events * 3 - 3
+    matched = [n % 5 != 4 and n % 3 != 2 for n in range(events)]
+    unmatched_emitted = [not match and 3 * n + 60 < newest_order_s - 60 for n, match in enumerate(matched)]
+    return sum(matched) + sum(unmatched_emitted)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    # Python workers (custom_state) run this interpreter, with the packages of this environment.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("stream_job-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _stop_leftover_streams(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if "spark" in request.fixturenames:
+        for query in request.getfixturevalue("spark").streams.active:
+            query.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's own overrides must not leak into the tests."""
+    import os
+
+    for name in list(os.environ):
+        if name.upper().startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
+
+
+def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+@pytest.fixture
+def write_settings(tmp_path: Path) -> Callable[..., Path]:
+    """Write the project's settings.yaml with changes into tmp_path; return the file's path."""
+
+    def write(changes: dict[str, Any] | None = None, name: str = "settings.yaml") -> Path:
+        return write_settings_file(tmp_path / name, changes)
+
+    return write
+
+
+def write_settings_file(path: Path, changes: dict[str, Any] | None = None) -> Path:
+    """The project's settings.yaml plus changes, written to path."""
+    data = yaml.safe_load(PROJECT_SETTINGS.read_text())
+    path.write_text(yaml.safe_dump(deep_merge(data, changes or {}), sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def make_settings(write_settings: Callable[..., Path]) -> Callable[..., Settings]:
+    """Settings loaded, the real way, from a file holding the project's settings plus changes."""
+
+    def make(changes: dict[str, Any] | None = None) -> Settings:
+        return load_settings(write_settings(changes))
+
+    return make

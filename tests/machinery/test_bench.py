@@ -1,0 +1,118 @@
+"""bench end to end at small sizes on every operator (a smoke run: the README's figures come from a
+full run), and its refusals."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from .conftest import BAKED_OPERATOR, clean_env, run_python
+
+pytestmark = pytest.mark.streaming
+
+SMALL = {"spark": {"shuffle_partitions": 2, "master": "local[2]", "platform": "oss"}}
+OPERATOR_SETTINGS = {
+    "windowed_aggregation": {},
+    "deduplication": {},
+    "stream_stream_join": {"join_source": {"type": "rate"}},
+    "custom_state": {"state_store": {"provider": "rocksdb"}},
+}
+# Rows per batch for N keys with 1 warm-up and 2 counted batches: every key in every batch for the
+# operators that keep a row per key; for the others the state grows to N over the 3 batches, so
+# the sizes are multiples of 2 sides x 3 batches, to land on N exactly.
+BATCHES_PER_STATE = {"windowed_aggregation": 1, "custom_state": 1, "deduplication": 3, "stream_stream_join": 6}
+# Two configurations for the aggregation, two sizes for the deduplication, one run for the others:
+# six Spark processes, to keep CI short.
+RUNS = {
+    "windowed_aggregation": ("hdfs,rocksdb+changelog", (120,)),
+    "deduplication": ("rocksdb+changelog", (120, 360)),
+    "stream_stream_join": ("hdfs", (120,)),
+    "custom_state": ("hdfs,rocksdb", (120,)),
+}
+
+
+def bench(settings_path, *arguments: str):
+    command = ["-m", "stream_job", "bench", "--settings", str(settings_path), *arguments]
+    return run_python(*command, env=clean_env())
+
+
+@pytest.mark.operator
+@pytest.mark.parametrize("operator", [BAKED_OPERATOR])
+def test_bench_runs_each_configuration_and_size_and_writes_its_files(write_settings, tmp_path, operator):
+    out = tmp_path / "bench"
+    providers, sizes = RUNS[operator]
+    settings = write_settings({**SMALL, **OPERATOR_SETTINGS[operator]})
+    arguments = ["--batches", "2", "--warmup", "1", "--providers", providers, "--out", str(out)]
+    run = bench(settings, "--keys", *map(str, sizes), *arguments)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    configurations = providers.split(",")
+    if operator == "custom_state":
+        assert "bench: hdfs not run: transformWithState runs on RocksDB only in this Spark version" in run.stderr
+        configurations.remove("hdfs")
+    results = json.loads((out / "results.json").read_text())["results"]
+    assert [(r["configuration"], r["keys"]) for r in results] == [(c, n) for n in sizes for c in configurations]
+    for result in results:
+        assert result["state_rows"] == result["keys"]
+        assert result["input_rows_per_batch"] == result["keys"] // BATCHES_PER_STATE[operator]
+        assert result["batches"] == 2
+        assert 0 < result["batch_ms_p50"] <= result["batch_ms_p95"] <= result["batch_ms_max"]
+        assert result["gc_ms_per_batch"] is not None and result["gc_ms_per_batch"] >= 0
+        assert result["checkpoint_bytes_per_batch"] > 0 and result["state_memory_bytes"] > 0
+    # Progress shows every batch, the warm-up and the counted ones.
+    assert f"  {configurations[0]}, {sizes[0]} keys, batch warm-up: " in run.stderr
+    assert f"  {configurations[-1]}, {sizes[-1]} keys, batch 2/2: " in run.stderr
+    with open(out / "results.csv") as handle:
+        assert [row["configuration"] for row in csv.DictReader(handle)] == [r["configuration"] for r in results]
+    summary = (out / "summary.md").read_text()
+    assert run.stdout == summary
+    assert summary.startswith(f"# bench: {operator}\n")
+    for configuration in configurations:
+        assert summary.count(f"\n| {configuration} | ") == len(sizes)
+    largest = f"{sizes[-1]} keys ({sizes[-1]} state rows)"
+    assert f"\nMeasured: at {largest} the fastest configuration by median batch time is " in summary
+    assert "\nNapkin math (settings.yaml, `estimate`): " in summary
+    assert "\nMachine: platform " in summary and "pyspark 4." in summary
+    assert "\nThe state commit and GC times are sums over the tasks of every partition" in summary
+    assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Each run keeps its log, not its checkpoint, output or event log.
+    assert sorted(path.name for path in (out / "runs").iterdir()) == sorted(
+        f"{r['configuration']}-{r['keys']}" for r in results
+    )
+    assert sorted(path.name for path in (out / "runs").glob("*/*")) == ["job.log"] * len(results)
+
+
+@pytest.mark.parametrize(
+    ("changes", "arguments", "message"),
+    [
+        ({}, ["--providers", "hdfs,lsm"], "bench error: --providers lsm: not a configuration; choose from hdfs,"),
+        ({}, ["--providers", ","], "bench error: --providers is empty; choose from hdfs, rocksdb, rocksdb+changelog"),
+        ({}, ["--keys", "0"], "argument --keys: '0' must be greater than zero"),
+        (
+            {},
+            ["--batches", "3595"],
+            "bench error: --warmup 3 + --batches 3595 = 3598 batches: more than 3595, which would carry the run's"
+            " event time out of its 1-hour window; use fewer",
+        ),
+    ],
+    ids=["unknown-configuration", "no-configuration", "zero-keys", "too-many-batches"],
+)
+def test_bench_refuses_a_bad_request_before_running(write_settings, tmp_path, changes, arguments, message):
+    run = bench(write_settings({**SMALL, **changes}), "--out", str(tmp_path / "bench"), *arguments)
+    assert run.returncode == 2
+    assert message in run.stderr
+    assert not (tmp_path / "bench").exists()
+
+
+@pytest.mark.operator
+@pytest.mark.skipif(BAKED_OPERATOR != "custom_state", reason="only custom_state runs on RocksDB alone")
+def test_bench_refuses_a_store_the_operator_cannot_run_on(write_settings, tmp_path):
+    run = bench(write_settings(SMALL), "--out", str(tmp_path / "bench"), "--providers", "hdfs")
+    assert run.returncode == 2
+    assert (
+        "bench error: --providers hdfs: nothing to run for this query (hdfs: Spark runs transformWithState only"
+        " on RocksDB)" in run.stderr
+    )
+    assert not (tmp_path / "bench").exists()

@@ -1,0 +1,330 @@
+"""The napkin math, checked against figures computed by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from stream_job.machinery.durations import DurationError, parse_duration
+from stream_job.machinery.sizing.capacity import GIB, decide, estimate, report
+
+from .conftest import run_cli
+
+
+def test_worked_example():
+    # The seed rule, exact for deduplication: 10 minutes x 10,000 rows/s = 6,000,000 rows;
+    # x 64 B = 384,000,000 B; / 200 = 1,920,000 B.
+    sizing = estimate(10_000, "10 minutes", 64, 200, operator="deduplication")
+    assert (sizing.headline_rows, sizing.rows) == (6_000_000, 6_000_000)
+    assert sizing.total_bytes == 384_000_000
+    assert sizing.bytes_per_partition == 1_920_000
+    assert sizing.projected_bytes_per_partition == 1_920_000
+    assert sizing.recommended_provider == "hdfs"
+
+
+def test_windowed_aggregation_counts_open_windows_times_keys():
+    # 10-minute watermark, 1-minute windows: 10 + 1 = 11 open windows. Keys unknown: every event of
+    # a window may be a new key, 10,000 x 60 = 600,000 per window -> 6,600,000 rows; x 64 / 200.
+    sizing = estimate(10_000, "10 minutes", 64, 200, operator="windowed_aggregation")
+    assert (sizing.headline_rows, sizing.rows, sizing.bytes_per_partition) == (6_000_000, 6_600_000, 2_112_000)
+    # 1,000 known keys and 5-minute windows: 2 + 1 = 3 open windows x 1,000 keys = 3,000 rows.
+    known = estimate(10_000, "10 minutes", 64, 200, key_cardinality=1_000, window="5 minutes")
+    assert (known.rows, known.total_bytes) == (3_000, 192_000)
+    # A watermark that is not a whole number of windows rounds up: 90 s / 60 s -> 2, + 1 = 3 windows;
+    # keys are capped by the events of one window: min(100, 2 x 60 = 120) = 100.
+    assert estimate(2, "90 seconds", 10, 1, key_cardinality=100, window="1 minute").rows == 300
+    assert estimate(1, "90 seconds", 10, 1, key_cardinality=100, window="1 minute").rows == 180  # 3 x 60
+
+
+def test_join_counts_both_sides():
+    # Left 1,000 rows/s x (600 s watermark + 300 s range) = 900,000; right 200 rows/s x 600 s = 120,000.
+    sizing = estimate(
+        1_000,
+        "10 minutes",
+        100,
+        10,
+        operator="stream_stream_join",
+        join_input_rows_per_second=200,
+        join_range="5 minutes",
+    )
+    assert (sizing.rows, sizing.total_bytes, sizing.bytes_per_partition) == (1_020_000, 102_000_000, 10_200_000)
+    assert sizing.headline_rows == 600_000
+    # Without a right-side rate, the right side runs at the input rate: 900,000 + 600,000.
+    assert (
+        estimate(1_000, "10 minutes", 100, 10, operator="stream_stream_join", join_range="5 minutes").rows == 1_500_000
+    )
+
+
+def test_custom_state_counts_active_keys():
+    # Keys active within 9 minutes of timeout + 1 minute of watermark at 100 rows/s: up to 60,000 events.
+    sizing = estimate(100, "1 minute", 500, 4, operator="custom_state", session_timeout="9 minutes")
+    assert (sizing.rows, sizing.total_bytes, sizing.bytes_per_partition) == (60_000, 30_000_000, 7_500_000)
+    # 50,000 known keys cap it; 100,000 keys do not (there are only 60,000 events in the span).
+    capped = estimate(
+        100, "1 minute", 500, 4, operator="custom_state", session_timeout="9 minutes", key_cardinality=50_000
+    )
+    assert capped.rows == 50_000
+    assert (
+        estimate(
+            100, "1 minute", 500, 4, operator="custom_state", session_timeout="9 minutes", key_cardinality=100_000
+        ).rows
+        == 60_000
+    )
+
+
+def test_rocksdb_sized_case():
+    # 1 hour x 100,000 rows/s = 360,000,000 rows; x 200 B = 72,000,000,000 B; / 50 = 1,440,000,000 B >= 1 GiB.
+    sizing = estimate(100_000, "1 hour", 200, 50, operator="deduplication")
+    assert sizing.rows == 360_000_000
+    assert sizing.total_bytes == 72_000_000_000
+    assert sizing.bytes_per_partition == 1_440_000_000
+    assert sizing.recommended_provider == "rocksdb"
+
+
+def test_growth_factor_can_cross_the_threshold():
+    # 1,920,000 B x 600 = 1,152,000,000 B per partition, above 1,073,741,824 B.
+    sizing = estimate(10_000, "10 minutes", 64, 200, growth_factor=600, operator="deduplication")
+    assert sizing.bytes_per_partition == 1_920_000
+    assert sizing.projected_bytes_per_partition == 1_152_000_000
+    assert sizing.recommended_provider == "rocksdb"
+
+
+@pytest.mark.parametrize(("bytes_per_row", "provider"), [(GIB, "rocksdb"), (GIB - 1, "hdfs")])
+def test_threshold_is_inclusive(bytes_per_row, provider):
+    # One row per second for one second on one partition: per partition = bytes per row.
+    assert estimate(1, "1 second", bytes_per_row, 1, operator="deduplication").recommended_provider == provider
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("10 minutes", 600),
+        ("30 seconds", 30),
+        ("2 hours", 7200),
+        ("1 minute", 60),
+        ("1 day", 86400),
+        ("1 week", 604800),
+        ("1 hour 30 minutes", 5400),
+        ("500 milliseconds", 0.5),
+        ("1.5 seconds", 1.5),
+        ("interval 5 minutes", 300),
+        ("  10 MINUTES ", 600),
+    ],
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "is empty"),
+        ("ten minutes", "not an interval"),
+        ("10", "not an interval"),
+        ("10 fortnights", "unknown unit 'fortnight'"),
+        ("-5 minutes", "not an interval"),
+        ("0 seconds", "longer than zero"),
+        ("1 month", "days or weeks"),
+        ("5 minutes later", "not an interval"),
+    ],
+)
+def test_parse_duration_rejects(text, message):
+    with pytest.raises(DurationError, match=message):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"input_rows_per_second": 0}, "input_rows_per_second"),
+        ({"state_bytes_per_row": -1}, "state_bytes_per_row"),
+        ({"shuffle_partitions": 0}, "shuffle_partitions"),
+        ({"growth_factor": 0.5}, "growth_factor"),
+    ],
+)
+def test_estimate_rejects_bad_inputs(bad, message):
+    inputs = {
+        "input_rows_per_second": 10,
+        "watermark": "1 minute",
+        "state_bytes_per_row": 64,
+        "shuffle_partitions": 2,
+        "growth_factor": 1.0,
+    } | bad
+    with pytest.raises(ValueError, match=message):
+        estimate(**inputs)
+
+
+def test_decide_auto_takes_the_recommendation():
+    sizing = estimate(100_000, "1 hour", 200, 50)
+    decision = decide("auto", True, sizing)
+    assert (decision.provider, decision.changelog_checkpointing, decision.against_recommendation) == (
+        "rocksdb",
+        True,
+        False,
+    )
+    assert decision.notes == ()
+
+
+def test_decide_honours_an_explicit_choice_with_a_warning():
+    decision = decide("hdfs", False, estimate(100_000, "1 hour", 200, 50))
+    assert decision.provider == "hdfs"
+    assert decision.against_recommendation
+    assert "WARNING: you chose hdfs but the sizing recommends rocksdb" in decision.notes[0]
+
+
+def test_decide_turns_changelog_off_for_hdfs_with_a_note():
+    decision = decide("auto", True, estimate(10_000, "10 minutes", 64, 200))
+    assert (decision.provider, decision.changelog_checkpointing) == ("hdfs", False)
+    assert "changelog checkpointing is written as off" in decision.notes[0]
+
+
+def test_custom_state_always_gets_rocksdb():
+    small = estimate(1, "1 minute", 1, 1, operator="custom_state")
+    decision = decide("auto", True, small)
+    assert (decision.provider, decision.changelog_checkpointing, decision.against_recommendation) == (
+        "rocksdb",
+        True,
+        False,
+    )
+    assert decision.notes == ("rocksdb although the sizing says hdfs: Spark runs transformWithState only on RocksDB.",)
+    with pytest.raises(ValueError, match="custom_state needs the rocksdb state store"):
+        decide("hdfs", False, small)
+
+
+def test_report_spells_out_every_step():
+    text = report(estimate(10_000, "10 minutes", 64, 200))
+    assert "headline       = watermark 10 minutes (600 s) x 10,000 rows/s = 6,000,000 rows" in text
+    assert "state rows     = 11 open windows" in text
+    assert "= 6,600,000 rows" in text
+    assert "422,400,000 B" in text
+    assert "2,112,000 B" in text
+    assert "recommendation = hdfs" in text
+    assert "cannot be switched later" not in text  # far below the threshold: no growth warning
+    assert "pinned into the checkpoint" in text
+
+
+@pytest.mark.parametrize(
+    ("operator", "formula", "inputs"),
+    [
+        (
+            "windowed_aggregation",
+            "rows = open windows x keys per window",
+            "window 1 minute (query.window); key_cardinality unknown",
+        ),
+        ("deduplication", "rows = watermark x rate", "watermark and rate only"),
+        (
+            "stream_stream_join",
+            "rows = left rate x (watermark + range) + right rate x watermark",
+            "join_input_rows_per_second not set, so the input rate is used (capacity.join_input_rows_per_second); join_range 15 minutes (query.join.range)",
+        ),
+        (
+            "custom_state",
+            "rows = active keys",
+            "session_timeout 30 minutes (query.custom_state.session_timeout); key_cardinality unknown",
+        ),
+    ],
+)
+def test_each_operator_names_its_formula_and_asks_for_its_inputs(operator, formula, inputs):
+    text = report(estimate(2_000, "30 minutes", 50, 10, operator=operator))
+    (line,) = [line for line in text.splitlines() if line.startswith("  operator       = ")]
+    assert line.startswith(f"  operator       = {operator}: ") and line.endswith(formula)
+    assert f"  inputs         = {inputs}" in text
+
+
+def test_unknown_operator_and_inputs_are_refused():
+    with pytest.raises(
+        ValueError,
+        match="operator must be one of windowed_aggregation, deduplication, stream_stream_join, custom_state, got 'join'",
+    ):
+        estimate(1, "1 minute", 1, 1, operator="join")
+    with pytest.raises(ValueError, match="window 'soon' is not an interval Spark can parse"):
+        estimate(1, "1 minute", 1, 1, window="soon")
+    with pytest.raises(ValueError, match="key_cardinality must be a number greater than zero, got 0"):
+        estimate(1, "1 minute", 1, 1, key_cardinality=0)
+    with pytest.raises(ValueError, match="unknown sizing input 'keys'"):
+        estimate(1, "1 minute", 1, 1, keys=5)
+
+
+def test_report_warns_near_the_threshold():
+    # 300,000,000 B per partition is 28% of 1 GiB: hdfs, but growth would cross it.
+    text = report(estimate(1_000_000, "5 minutes", 100, 100))
+    assert "recommendation = hdfs" in text
+    assert "within 4x of the threshold" in text
+
+
+def test_estimate_command_json():
+    result = run_cli(
+        "estimate",
+        "--rate",
+        "10000",
+        "--watermark",
+        "10 minutes",
+        "--bytes-per-row",
+        "64",
+        "--partitions",
+        "200",
+        "--operator",
+        "windowed_aggregation",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["rows"], data["total_bytes"], data["bytes_per_partition"], data["recommended_provider"]) == (
+        6_600_000,
+        422_400_000,
+        2_112_000,
+        "hdfs",
+    )
+    assert (data["headline_rows"], data["shape"]) == (6_000_000, {"window": "1 minute", "key_cardinality": None})
+
+
+def test_estimate_command_takes_the_operator():
+    args = ["--rate", "10", "--watermark", "1 minute", "--bytes-per-row", "8", "--partitions", "1"]
+    result = run_cli("estimate", *args, "--operator", "deduplication", "--json")
+    assert result.returncode == 0, result.stderr
+    assert (json.loads(result.stdout)["operator"], json.loads(result.stdout)["rows"]) == ("deduplication", 600)
+    # The join's own inputs: 10 x (60 + 120) + 4 x 60 = 2,040 rows.
+    join = ["--operator", "stream_stream_join", "--join-rate", "4", "--join-range", "2 minutes", "--json"]
+    result = run_cli("estimate", *args, *join)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["rows"] == 2_040
+    # custom_state with 5 keys: min(5, 10 x (60 + 300)) = 5 rows.
+    custom = ["--operator", "custom_state", "--keys", "5", "--session-timeout", "5 minutes", "--json"]
+    assert json.loads(run_cli("estimate", *args, *custom).stdout)["rows"] == 5
+
+
+def test_estimate_command_reads_missing_inputs_from_settings(write_settings):
+    path = write_settings({"query": {"watermark": "1 hour"}})
+    result = run_cli(
+        "estimate", "--settings", str(path), "--rate", "100000", "--operator", "deduplication", "--bytes-per-row", "200"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "operator       = deduplication: " in result.stdout
+    assert "state rows     = 3,600 s x 100,000 rows/s = 360,000,000 rows" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rate", "-5"], "argument --rate: '-5' must be a finite number greater than zero"),
+        (["--partitions", "two"], "argument --partitions: 'two' is not a whole number"),
+    ],
+)
+def test_estimate_command_rejects_bad_flags(args, message):
+    result = run_cli("estimate", *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_estimate_command_rejects_a_bad_watermark():
+    result = run_cli("estimate", "--rate", "1", "--watermark", "soon", "--bytes-per-row", "1", "--partitions", "1")
+    assert result.returncode == 2
+    assert "estimate error: watermark 'soon' is not an interval Spark can parse" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "text", ["10 minutes", "2 hours", "1 hour 30 minutes", "500 milliseconds", "1 week", "1.5 seconds"]
+)
+def test_spark_reads_durations_the_same_way(spark, text):
+    interval = spark.sql(f"SELECT INTERVAL '{text}' AS delay").first().delay
+    assert interval.total_seconds() == pytest.approx(parse_duration(text))

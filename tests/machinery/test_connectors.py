@@ -1,0 +1,180 @@
+"""Connector JARs: the coordinates and confs the settings need, and a clear error when they are missing.
+
+pip's pyspark ships neither the Kafka connector nor Delta Lake's JARs, and this project's tests do
+not download them: the missing-JAR path is what runs here, on a real session and in a real process.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pyspark
+import pytest
+import yaml
+from stream_job.machinery.runtime.connectors import (
+    Connector,
+    ConnectorError,
+    missing_connectors,
+    require_connectors,
+    required_connectors,
+)
+from stream_job.machinery.runtime.session import static_confs
+from stream_job.machinery.settings import load_settings
+
+from .conftest import clean_env, run_python
+
+SPARK = pyspark.__version__
+SPARK_MINOR = ".".join(SPARK.split(".")[:2])
+KAFKA = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK}"
+DELTA = f"io.delta:delta-spark_{SPARK_MINOR}_2.13:4.4.1"
+KAFKA_SOURCE = {"source": {"type": "kafka"}, "sink": {"type": "parquet"}}
+DELTA_SPARK = {"source": {"type": "rate"}, "sink": {"type": "delta", "delta": {"writer": "delta-spark"}}}
+BOTH = {"source": KAFKA_SOURCE["source"], "sink": DELTA_SPARK["sink"]}
+
+
+def coordinates(settings) -> list[str]:
+    return [connector.coordinate for connector in required_connectors(settings)]
+
+
+def test_coordinates_follow_the_installed_spark(make_settings):
+    assert coordinates(make_settings(BOTH)) == [KAFKA, DELTA]
+    assert coordinates(make_settings({"source": {"type": "rate"}, "sink": {"type": "parquet"}})) == []
+    assert (
+        coordinates(
+            make_settings({"source": {"type": "rate"}, "sink": {"type": "delta", "delta": {"writer": "deltalake"}}})
+        )
+        == []
+    )
+    newer = {
+        "source": {"type": "rate"},
+        "sink": {"type": "delta", "delta": {"writer": "delta-spark", "version": "4.5.0"}},
+    }
+    assert coordinates(make_settings(newer)) == [f"io.delta:delta-spark_{SPARK_MINOR}_2.13:4.5.0"]
+
+
+def test_delta_spark_session_confs(make_settings):
+    settings = make_settings(DELTA_SPARK | {"spark": {"conf": {"spark.sql.extensions": "com.example.Ext"}}})
+    confs = static_confs(settings, submitted=False)
+    assert confs == {
+        "spark.sql.extensions": "com.example.Ext,io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.jars.packages": DELTA,
+    }
+    # Under spark-submit the JVM is up already: its --packages decide, nothing is fetched here.
+    assert "spark.jars.packages" not in static_confs(settings, submitted=True)
+
+
+def test_fetching_can_be_turned_off_and_merges_with_own_packages(make_settings):
+    off = make_settings(KAFKA_SOURCE | {"spark": {"fetch_packages": False}})
+    assert static_confs(off, submitted=False) == {}
+    own = make_settings(KAFKA_SOURCE | {"spark": {"conf": {"spark.jars.packages": "com.example:lib:1.0"}}})
+    assert static_confs(own, submitted=False) == {"spark.jars.packages": f"com.example:lib:1.0,{KAFKA}"}
+
+
+def test_missing_connectors_asks_the_real_class_loader(spark):
+    present = Connector("test", "x:y:1", "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    absent = Connector("test", "x:z:1", "org.apache.spark.sql.kafka010.KafkaSourceProvider")
+    assert missing_connectors(spark, [present, absent]) == [absent]
+
+
+def test_require_connectors_names_the_packages_to_add(spark, make_settings):
+    with pytest.raises(ConnectorError) as caught:
+        require_connectors(spark, make_settings(BOTH))
+    message = str(caught.value)
+    assert message.startswith(
+        "source.type kafka needs org.apache.spark.sql.kafka010.KafkaSourceProvider, sink.type delta with"
+        " sink.delta.writer delta-spark needs io.delta.sql.DeltaSparkSessionExtension, which is not on Spark's"
+    )
+    assert f"spark-submit --packages {KAFKA},{DELTA} main.py" in message
+    require_connectors(spark, make_settings({"source": {"type": "rate"}, "sink": {"type": "parquet"}}))
+
+
+def test_packages_command(write_settings):
+    result = run_python("-m", "stream_job", "packages", "--settings", str(write_settings(KAFKA_SOURCE)))
+    assert (result.returncode, result.stdout) == (0, f"{KAFKA}\n")
+
+
+@pytest.mark.parametrize("changes", [KAFKA_SOURCE, DELTA_SPARK], ids=["kafka", "delta-spark"])
+def test_job_without_the_jars_exits_3_with_the_packages_to_add(write_settings, tmp_path, changes):
+    checkpoint = tmp_path / "checkpoint"
+    path = write_settings(
+        changes | {"spark": {"fetch_packages": False}, "query": {"checkpoint_location": str(checkpoint)}}
+    )
+    result = run_python("main.py", "--settings", str(path))
+    assert result.returncode == 3, result.stderr[-2000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("connector error:")]
+    expected = KAFKA if changes is KAFKA_SOURCE else DELTA
+    assert f"`spark-submit --packages {expected} main.py`" in line
+    assert "Traceback" not in result.stderr
+    assert not checkpoint.exists()
+
+
+def maven_reachable() -> bool:
+    try:
+        socket.create_connection(("repo1.maven.org", 443), timeout=3).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_failed_download_is_a_sentence(write_settings, tmp_path):
+    if maven_reachable():
+        pytest.skip("Maven Central is reachable here: the download would succeed, so its failure cannot be shown")
+    path = write_settings(KAFKA_SOURCE | {"query": {"checkpoint_location": str(tmp_path / "checkpoint")}})
+    result = run_python("main.py", "--settings", str(path))
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert f"connector error: Spark could not start: fetching --packages {KAFKA} from Maven failed" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+SECRET = "Sup3r-Secret-Value-4711"
+
+
+def test_secrets_never_appear_in_settings_or_any_output(write_settings, tmp_path):
+    """A SASL password and a secret Kafka option, read from the environment, through every command."""
+    kafka = {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "PLAIN",
+        "sasl_username": "svc-stream",
+        "sasl_password_env": "TEST_KAFKA_PASSWORD",
+        "secret_options": {"kafka.ssl.truststore.password": "TEST_TRUSTSTORE_PASSWORD"},
+    }
+    changes = {
+        "source": {"type": "kafka", "kafka": kafka},
+        "sink": {"type": "parquet", "output_mode": "append"},
+        "spark": {"fetch_packages": False, "secret_conf": {"spark.hadoop.fs.s3a.secret.key": "TEST_S3_SECRET"}},
+        "query": {"checkpoint_location": str(tmp_path / "checkpoint")},
+    }
+    path = str(write_settings(changes))
+    env = {
+        **clean_env(),
+        "TEST_KAFKA_PASSWORD": SECRET,
+        "TEST_TRUSTSTORE_PASSWORD": f"{SECRET}-trust",
+        "TEST_S3_SECRET": f"{SECRET}-s3",
+    }
+    assert SECRET not in Path(path).read_text()
+
+    results = {
+        "run": run_python("main.py", "--settings", path, env=env),
+        "check": run_python("-m", "stream_job", "check", "--settings", path, env=env),
+        "estimate": run_python("-m", "stream_job", "estimate", "--settings", path, env=env),
+        "packages": run_python("-m", "stream_job", "packages", "--settings", path, env=env),
+        "config": run_python("-m", "stream_job", "config", "--settings", path, env=env),
+    }
+
+    # The run got as far as Spark (its start-up line) and stopped at the missing connector.
+    assert results["run"].returncode == 3, results["run"].stderr[-2000:]
+    assert "kafka -> parquet" in results["run"].stdout
+    assert [result.returncode for result in results.values()] == [3, 0, 0, 0, 0]
+    # The effective configuration names where each secret comes from.
+    config = yaml.safe_load(results["config"].stdout)
+    assert config["spark_confs"]["spark.hadoop.fs.s3a.secret.key"] == "<secret from $TEST_S3_SECRET>"
+    options = config["source_options"]["source"]
+    assert options["kafka.ssl.truststore.password"] == "<secret from $TEST_TRUSTSTORE_PASSWORD>"
+    assert options["kafka.sasl.jaas.config"].endswith(' password="<secret from $TEST_KAFKA_PASSWORD>";')
+    for name, result in results.items():
+        assert SECRET not in result.stdout + result.stderr, name
+    # The settings object holds the variable's name, never its value.
+    settings = load_settings(path)
+    assert SECRET not in repr(settings) and SECRET not in settings.model_dump_json()

@@ -1,0 +1,106 @@
+"""A damaged checkpoint: the job recovers correctly, or stops naming the file and the ways out.
+
+Each case makes a real checkpoint (three landing files run through the windowed count), damages
+one file the way a crash or a bad copy would, adds two more landing files and starts
+`python main.py`. It must never go on silently with wrong state: either the exit is 0 and the
+whole output equals the batch computation over all five files, or the exit is non-zero, the
+message names the damaged file, and the output is what the first run wrote, untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from pyspark.testing import assertDataFrameEqual
+from stream_job.machinery.endpoints.output import read_output
+from stream_job.machinery.endpoints.sample_input import write_sample_files
+from stream_job.machinery.runtime.job import run_query
+from stream_job.machinery.runtime.session import apply_confs
+from stream_job.machinery.settings import load_settings
+
+from .conftest import batch_expectation, clean_env, digest, files_job, run_python, write_settings_file
+
+pytestmark = pytest.mark.streaming
+
+RECOVERY = "restore the checkpoint from a copy, or set query.checkpoint_location to a new directory"
+
+
+def newest(folder: Path, suffix: str = "") -> Path:
+    entries = [path for path in folder.iterdir() if path.name.removesuffix(suffix).isdigit()]
+    return max(entries, key=lambda path: int(path.name.removesuffix(suffix)))
+
+
+def truncate(path: Path, keep: float = 0.0) -> Path:
+    path.write_bytes(path.read_bytes()[: int(path.stat().st_size * keep)])
+    return path
+
+
+def remove(path: Path) -> Path:
+    path.unlink()
+    return path
+
+
+def remove_with_checksum(path: Path) -> Path:
+    (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
+    return remove(path)
+
+
+# case -> (configuration, damage(checkpoint) -> the damaged file, expected exit, expected message).
+CASES: dict[str, tuple[str, Callable[[Path], Path], int, str]] = {
+    "hdfs-newest-delta-truncated": ("hdfs", lambda cp: truncate(newest(cp / "state/0/0", ".delta")), 1, "file"),
+    "hdfs-newest-delta-removed": ("hdfs", lambda cp: remove(newest(cp / "state/0/0", ".delta")), 1, "file"),
+    "changelog-newest-truncated": (
+        "rocksdb-changelog",
+        lambda cp: truncate(newest(cp / "state/0/0", ".changelog")),
+        1,
+        "file",
+    ),
+    "rocksdb-newest-snapshot-removed": (
+        "rocksdb",
+        lambda cp: remove(newest(cp / "state/0/0", ".zip")).with_suffix(""),  # Spark asks for N.changelog
+        1,
+        "file",
+    ),
+    "offsets-half-written": ("hdfs", lambda cp: truncate(newest(cp / "offsets"), 0.5), 4, "guard"),
+    "metadata-half-written": ("hdfs", lambda cp: truncate(cp / "metadata", 0.5), 4, "guard"),
+    "state-metadata-half-written": ("hdfs", lambda cp: truncate(cp / "state/0/_metadata/metadata", 0.5), 4, "guard"),
+    "commit-removed-checksum-left": ("hdfs", lambda cp: remove(newest(cp / "commits")), 4, "checksum"),
+    "commit-removed-with-checksum": ("rocksdb", lambda cp: remove_with_checksum(newest(cp / "commits")), 0, "replay"),
+    "commit-half-written": ("rocksdb-changelog", lambda cp: truncate(newest(cp / "commits"), 0.5), 4, "guard"),
+}
+CONFIGURATIONS = {"hdfs": ("hdfs", False), "rocksdb": ("rocksdb", False), "rocksdb-changelog": ("rocksdb", True)}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_damaged_checkpoint_recovers_or_stops_naming_the_file(spark, tmp_path, case):
+    configuration, damage, exit_code, outcome = CASES[case]
+    changes = files_job(tmp_path, "parquet", *CONFIGURATIONS[configuration], files=3)
+    path = write_settings_file(tmp_path / "settings.yaml", changes)
+    settings = load_settings(path)
+    apply_confs(spark, settings)
+    assert run_query(spark, settings).exception() is None  # the first run, in this process
+    checkpoint = tmp_path / "checkpoint"
+    damaged = damage(checkpoint)
+    write_sample_files(tmp_path / "landing", files=2, events_per_file=40, keys=4, advance_per_file=timedelta(minutes=2))
+    output_before = digest(tmp_path / "output")
+
+    result = run_python("main.py", "--settings", str(path), env=clean_env())
+
+    assert result.returncode == exit_code, result.stderr[-3000:]
+    if outcome == "replay":  # Spark runs the uncommitted batch again, and the rest
+        assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
+        return
+    errors = [line for line in result.stderr.splitlines() if line.startswith(("checkpoint", "query", "The checkpoint"))]
+    if outcome == "file":  # Spark failed loading the state; the job names the file
+        assert any(line.startswith(f"checkpoint file: {damaged}") for line in errors), "\n".join(errors)
+        assert any(RECOVERY in line for line in errors), errors
+    elif outcome == "guard":  # found before Spark starts
+        assert errors == [f"checkpoint error: {damaged}: " + errors[0].split(": ", 2)[2]], errors
+        assert RECOVERY in errors[0]
+    else:  # the commit's checksum file left behind: Spark would blame "concurrent queries"
+        checksum = damaged.parent / f".{damaged.name}.crc"
+        assert errors[0].startswith(f"checkpoint error: {checksum} is left without {damaged}"), errors
+    assert digest(tmp_path / "output") == output_before  # nothing written on a failed start

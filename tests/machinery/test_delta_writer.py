@@ -1,0 +1,89 @@
+"""The deltalake writer on a real Delta table: a replayed batch id is not written twice."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from deltalake import DeltaTable
+from pyspark.testing import assertDataFrameEqual
+from stream_job.machinery.endpoints.delta_writer import DeltaLakeBatchWriter, committed_version
+
+from .conftest import clean_env, run_python
+
+SCHEMA = "window_start timestamp, key string, events long"
+
+
+def rows(spark, *values):
+    return spark.createDataFrame([(datetime(2026, 1, 1, 0, minute), key, n) for minute, key, n in values], SCHEMA)
+
+
+def table_rows(spark, path):
+    return spark.createDataFrame(DeltaTable(path).to_pyarrow_table())
+
+
+def test_replayed_batch_is_skipped(spark, tmp_path):
+    path = str(tmp_path / "table")
+    writer = DeltaLakeBatchWriter(path)
+    writer.bind("query-1")
+    assert committed_version(path, "query-1") == -1  # no table yet
+
+    writer(rows(spark, (0, "a", 3), (0, "b", 1)), 0)
+    writer(rows(spark, (0, "a", 3), (0, "b", 1)), 0)  # the same batch again, as after a crash
+    writer(rows(spark, (1, "a", 2)), 1)
+
+    assertDataFrameEqual(table_rows(spark, path), rows(spark, (0, "a", 3), (0, "b", 1), (1, "a", 2)))
+    assert writer.skipped_batches == [0]
+    assert committed_version(path, "query-1") == 1
+    assert DeltaTable(path).version() == 1  # two commits: 0 and 1
+
+
+def test_another_query_writes_its_own_batch_ids(spark, tmp_path):
+    path = str(tmp_path / "table")
+    first, second = DeltaLakeBatchWriter(path), DeltaLakeBatchWriter(path)
+    first.bind("query-1")
+    second.bind("query-2")
+    first(rows(spark, (0, "a", 1)), 0)
+    second(rows(spark, (0, "b", 1)), 0)  # batch 0 of another query is new data, not a replay
+    assertDataFrameEqual(table_rows(spark, path), rows(spark, (0, "a", 1), (0, "b", 1)))
+    assert second.skipped_batches == []
+
+
+def test_empty_batch_writes_no_commit(spark, tmp_path):
+    path = str(tmp_path / "table")
+    writer = DeltaLakeBatchWriter(path)
+    writer.bind("query-1")
+    writer(rows(spark, (0, "a", 1)), 0)
+    writer(rows(spark), 1)
+    assert DeltaTable(path).version() == 0
+
+
+def test_missing_deltalake_package_exits_3_before_spark_starts(write_settings, tmp_path):
+    hidden = tmp_path / "hide-deltalake"
+    hidden.mkdir()
+    (hidden / "deltalake.py").write_text("raise ImportError('hidden for this test')\n")
+    checkpoint = tmp_path / "checkpoint"
+    path = write_settings(
+        {
+            "source": {"type": "rate"},
+            "sink": {"type": "delta", "delta": {"writer": "deltalake"}},
+            "query": {"checkpoint_location": str(checkpoint)},
+        }
+    )
+    result = run_python("main.py", "--settings", str(path), env=clean_env() | {"PYTHONPATH": str(hidden)})
+    assert result.returncode == 3
+    assert result.stderr.splitlines() == [
+        "package error: sink.delta.writer is deltalake but the deltalake package is not installed; pip install deltalake"
+    ]
+    assert not checkpoint.exists()
+
+
+def test_show_output_reads_the_delta_table(spark, write_settings, tmp_path):
+    table = str(tmp_path / "output")
+    writer = DeltaLakeBatchWriter(table)
+    writer.bind("query-1")
+    writer(rows(spark, (0, "a", 3), (1, "b", 1)), 0)
+    path = write_settings({"sink": {"type": "delta", "path": table, "delta": {"writer": "deltalake"}}})
+    result = run_python("-m", "stream_job", "show-output", "--settings", str(path), env=clean_env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"2 rows in {table}" in result.stdout
+    assert "|2026-01-01 00:00:00|a  |3     |" in result.stdout

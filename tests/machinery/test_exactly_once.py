@@ -1,0 +1,81 @@
+"""Exactly-once across a real crash: SIGKILL the job process mid-run, restart it, compare with a batch job.
+
+The job runs as `python main.py` in its own process on the files source (six landing files, one
+per micro-batch, available-now trigger). The test kills it with SIGKILL while a batch is in flight
+(its offsets are logged, its commit is not), restarts it on the same checkpoint, and compares the
+whole sink with the same computation run as a batch job on the same files: no row lost, none twice.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.testing import assertDataFrameEqual
+from stream_job.machinery.endpoints.output import read_output
+
+from .conftest import (
+    batch_expectation,
+    clean_env,
+    committed_batches,
+    expected_row_count,
+    files_job,
+    run_python,
+    start_job,
+)
+
+pytestmark = [pytest.mark.streaming, pytest.mark.crash, pytest.mark.operator]
+
+KILL_AFTER_COMMITS = 2
+KILL_DEADLINE_SECONDS = 240
+
+
+def logged_batches(checkpoint: Path) -> list[int]:
+    offsets = checkpoint / "offsets"
+    return sorted(int(path.name) for path in offsets.iterdir() if path.name.isdigit()) if offsets.is_dir() else []
+
+
+def kill_mid_batch(process: subprocess.Popen, checkpoint: Path, sent: int = signal.SIGKILL) -> int:
+    """Signal the job once it has committed a few batches and the next one is running; return that batch id."""
+    deadline = time.monotonic() + KILL_DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the job ended (exit {process.returncode}) before it could be killed mid-run")
+        committed, logged = committed_batches(checkpoint), logged_batches(checkpoint)
+        if len(committed) >= KILL_AFTER_COMMITS and logged and logged[-1] not in committed:
+            process.send_signal(sent)
+            process.wait(timeout=60)
+            return logged[-1]
+        time.sleep(0.01)
+    process.kill()
+    pytest.fail("the job did not reach a running batch in time")
+
+
+@pytest.mark.parametrize("provider", ["hdfs", "rocksdb"])
+@pytest.mark.parametrize("sink", ["parquet", "delta"])
+def test_sigkill_mid_batch_then_restart_loses_and_repeats_nothing(
+    spark, make_settings, write_settings, tmp_path, sink, provider
+):
+    changes = files_job(tmp_path, sink, provider)
+    path = write_settings(changes)
+    settings = make_settings(changes)
+    checkpoint = Path(settings.query.checkpoint_location)
+
+    with open(tmp_path / "first-run.log", "w") as log:
+        process = start_job(path, log)
+        in_flight = kill_mid_batch(process, checkpoint)
+    assert process.returncode == -signal.SIGKILL
+    assert in_flight not in committed_batches(checkpoint)
+
+    restart = run_python("main.py", "--settings", str(path), env=clean_env())
+    assert restart.returncode == 0, restart.stderr[-3000:]
+    # The restart ran the killed batch again, then the rest: six files, then the closing batch.
+    assert committed_batches(checkpoint) == list(range(7))
+    assert f"batch {in_flight}:" in restart.stdout
+
+    expected = batch_expectation(spark, settings)
+    assert expected.count() == expected_row_count(settings.query.operator, files=6)
+    assertDataFrameEqual(read_output(spark, settings.sink), expected)

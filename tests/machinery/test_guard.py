@@ -1,0 +1,178 @@
+"""The checkpoint guard on real checkpoints: drift is refused before anything is touched."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from stream_job.machinery.endpoints.sample_input import write_sample_files
+from stream_job.machinery.runtime.job import run_query
+from stream_job.machinery.runtime.session import apply_confs
+from stream_job.machinery.settings import load_settings
+
+from .conftest import (
+    ANY_PROVIDER,
+    BAKED_OPERATOR,
+    clean_env,
+    deep_merge,
+    digest,
+    files_job,
+    project_copy,
+    run_cli,
+    run_python,
+    write_settings_file,
+)
+
+pytestmark = pytest.mark.streaming
+
+
+def run_checkpoint(spark, folder: Path, provider: str, operator: str = BAKED_OPERATOR) -> dict:
+    """A real checkpoint: two landing files through the operator (2 partitions); returns its settings changes."""
+    changes = files_job(folder, "parquet", provider, files=2, operator=operator)
+    settings = load_settings(write_settings_file(folder / "settings.yaml", changes))
+    apply_confs(spark, settings)
+    assert run_query(spark, settings).exception() is None
+    return changes
+
+
+@pytest.fixture(scope="module")
+def checkpoints(spark, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
+    """One checkpoint per provider, shared by the tests that only read it."""
+    made = {}
+    for provider in ("hdfs", "rocksdb"):
+        folder = tmp_path_factory.mktemp(f"guard-{provider}")
+        made[provider] = (folder, run_checkpoint(spark, folder, provider))
+    return made
+
+
+DRIFTS = {
+    "hdfs-to-rocksdb": ("hdfs", {"state_store": {"provider": "rocksdb"}}, "state_store.provider is rocksdb", "hdfs"),
+    "rocksdb-to-hdfs": (
+        "rocksdb",
+        {"state_store": {"provider": "hdfs", "changelog_checkpointing": False}},
+        "state_store.provider is hdfs",
+        "rocksdb",
+    ),
+    "more-partitions": ("hdfs", {"spark": {"shuffle_partitions": 4}}, "spark.shuffle_partitions is 4", "2"),
+    "fewer-partitions": ("rocksdb", {"spark": {"shuffle_partitions": 1}}, "spark.shuffle_partitions is 1", "2"),
+    "pinned-spark-conf": (
+        "hdfs",
+        {"spark": {"conf": {"spark.sql.streaming.stateStore.compression.codec": "zstd"}}},
+        "spark.conf.spark.sql.streaming.stateStore.compression.codec is zstd",
+        "lz4",
+    ),
+}
+
+
+@pytest.mark.parametrize(("provider", "change", "setting", "held"), DRIFTS.values(), ids=DRIFTS.keys())
+def test_drift_is_refused_and_the_checkpoint_untouched(checkpoints, provider, change, setting, held):
+    folder, changes = checkpoints[provider]
+    checkpoint, output = folder / "checkpoint", folder / "output"
+    before = digest(checkpoint), digest(output)
+    path = write_settings_file(folder / "drifted.yaml", deep_merge(changes, change))
+
+    run = run_python("main.py", "--settings", str(path), env=clean_env())
+    assert run.returncode == 4, run.stderr
+    expected = f"checkpoint error: {setting} in settings, but the checkpoint {checkpoint} holds {held}: "
+    (line,) = run.stderr.splitlines()
+    assert line.startswith(expected), line
+    assert line.endswith(
+        f"Either set {setting.split(' is ')[0]} back to {held}, or set query.checkpoint_location to a new"
+        " directory and reprocess the input from the start (the existing state cannot be converted)."
+    )
+    assert "Spark" not in run.stdout  # refused before any session started
+    if setting.startswith("state_store.provider"):
+        assert "changelog" not in run.stdout  # no word on changelogs across providers
+    assert (digest(checkpoint), digest(output)) == before
+
+    check = run_cli("check", "--settings", str(path))
+    assert (check.returncode, check.stderr) == (4, run.stderr)
+
+
+def test_check_passes_on_a_consistent_checkpoint_and_without_one(checkpoints, tmp_path):
+    folder, changes = checkpoints["hdfs"]
+    check = run_cli("check", "--settings", str(write_settings_file(folder / "same.yaml", changes)))
+    assert (check.returncode, check.stderr) == (0, "")
+    assert check.stdout == f"checkpoint {folder / 'checkpoint'}: consistent with the settings (last batch 2)\n"
+
+    fresh = deep_merge(changes, {"query": {"checkpoint_location": str(tmp_path / "new")}})
+    check = run_cli("check", "--settings", str(write_settings_file(tmp_path / "fresh.yaml", fresh)))
+    assert (check.returncode, check.stderr) == (0, "")
+    assert check.stdout == f"checkpoint: no checkpoint yet at {tmp_path / 'new'}: this run starts one\n"
+
+
+def test_changelog_checkpointing_may_be_toggled(spark, tmp_path):
+    changes = run_checkpoint(spark, tmp_path, "rocksdb")
+    toggled = deep_merge(changes, {"state_store": {"changelog_checkpointing": True}})
+    path = write_settings_file(tmp_path / "toggled.yaml", toggled)
+    check = run_cli("check", "--settings", str(path))
+    assert check.returncode == 0, check.stderr
+    assert (
+        "checkpoint: changelog checkpointing is on; earlier runs wrote the state without changelog files."
+        " It may be toggled between runs: RocksDB restores from snapshots and changelogs alike.\n"
+    ) in check.stdout
+    # And the run really goes on: a new file, read with changelog checkpointing on.
+    settings = load_settings(path)
+    write_sample_files(
+        settings.source.files.path, files=1, events_per_file=40, keys=4, advance_per_file=timedelta(minutes=2)
+    )
+    apply_confs(spark, settings)
+    query = run_query(spark, settings)
+    assert query.exception() is None
+    assert query.lastProgress["batchId"] >= 3
+    assert any((tmp_path / "checkpoint" / "state").glob("*/*/*.changelog"))
+
+
+# An operator whose settings fit every bake's test settings (one input, append mode, both stores).
+OTHER_OPERATOR = "deduplication" if BAKED_OPERATOR != "deduplication" else "windowed_aggregation"
+
+
+@pytest.mark.operator
+def test_an_operator_changed_in_the_code_is_refused_and_nothing_is_touched(spark, tmp_path):
+    # custom_state writes its operator metadata in the v2 layout (state/0/_metadata/v2/<n>), the
+    # others in v1: each bake proves the check on its own operator's layout.
+    changes = run_checkpoint(spark, tmp_path, ANY_PROVIDER)
+    checkpoint = tmp_path / "checkpoint"
+    if BAKED_OPERATOR == "custom_state":
+        assert (checkpoint / "state" / "0" / "_metadata" / "v2").is_dir()
+    before = digest(checkpoint), digest(tmp_path / "output")
+    project = project_copy(tmp_path, {f'OPERATOR = "{BAKED_OPERATOR}"': f'OPERATOR = "{OTHER_OPERATOR}"'})
+    path = write_settings_file(tmp_path / "same.yaml", changes)
+
+    for command in (["main.py"], ["-m", "stream_job", "check"]):
+        run = subprocess.run(
+            [sys.executable, *command, "--settings", str(path)],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+            timeout=300,
+        )
+        assert run.returncode == 4, run.stderr
+        assert run.stderr == (
+            f"checkpoint error: stream_job.query.OPERATOR is {OTHER_OPERATOR} in the code, but the checkpoint"
+            f" {checkpoint} holds {BAKED_OPERATOR}: the state in the checkpoint has the shape of that operator and"
+            f" cannot serve another. Either set stream_job.query.OPERATOR back to {BAKED_OPERATOR}, or set"
+            " query.checkpoint_location to a new directory and reprocess the input from the start (the existing"
+            " state cannot be converted).\n"
+        )
+    assert (digest(checkpoint), digest(tmp_path / "output")) == before
+
+
+def test_damaged_offsets_file_is_named(tmp_path):
+    offsets = tmp_path / "checkpoint" / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / "0").write_text("v1\n")
+    path = write_settings_file(
+        tmp_path / "settings.yaml", {"query": {"checkpoint_location": str(tmp_path / "checkpoint")}}
+    )
+    check = run_cli("check", "--settings", str(path))
+    assert check.returncode == 4
+    assert check.stderr == (
+        f"checkpoint error: {offsets / '0'}: not a Spark offsets file (no metadata line; half-written?); restore the"
+        " checkpoint from a copy, or set query.checkpoint_location to a new directory and reprocess the input from"
+        " the start\n"
+    )

@@ -1,0 +1,220 @@
+"""`inspect` on real checkpoints: its counts against Spark's own reader, the progress and the input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from stream_job.machinery.checkpoint.inspection import TIMERS, inspect_checkpoint
+from stream_job.machinery.durations import parse_duration
+from stream_job.machinery.operators import OPERATORS
+from stream_job.machinery.runtime.job import run_query
+from stream_job.machinery.runtime.session import apply_confs
+from stream_job.machinery.settings import Settings, load_settings
+
+from .conftest import BAKED_OPERATOR, digest, files_job, run_cli, write_settings_file
+
+pytestmark = pytest.mark.streaming
+
+
+def state_rows_from_input(settings: Settings) -> int:
+    """The state rows an available-now run over the files_job input leaves, counted from the files.
+
+    W is the final watermark (the newest event less the delay, on the input furthest behind). A
+    window is kept while its end is after W; a deduplicated event while its time plus the delay
+    is after W; an order while a payment after W could still match it (time plus range at or
+    after W), a payment while an order after W could (time at or after W); a session while its
+    last event plus the timeout is after W.
+    """
+    inputs = {section: _events(source.files.path) for section, source in settings.inputs.items()}
+    delay = timedelta(seconds=parse_duration(settings.query.watermark))
+    w = min(max(time for time, _ in events) for events in inputs.values()) - delay
+    events = inputs["source"]
+    operator = settings.query.operator
+    if operator == "windowed_aggregation":
+        window = timedelta(seconds=parse_duration(settings.query.window))
+        windows = {(key, datetime.min + (time - datetime.min) // window * window) for time, key in events}
+        return sum(1 for _, start in windows if start + window > w)
+    if operator == "deduplication":
+        return sum(1 for time, _ in events if time + delay > w)
+    if operator == "stream_stream_join":
+        join_range = timedelta(seconds=parse_duration(settings.query.join.range))
+        payments = inputs["join_source"]
+        return sum(1 for time, _ in events if time + join_range >= w) + sum(1 for time, _ in payments if time >= w)
+    timeout = timedelta(seconds=parse_duration(settings.query.custom_state.session_timeout))
+    last_seen: dict[str, datetime] = {}
+    for time, key in events:
+        last_seen[key] = max(time, last_seen.get(key, time))
+    return sum(1 for time in last_seen.values() if time + timeout > w)
+
+
+def _events(folder: str) -> list[tuple[datetime, str]]:
+    rows = [json.loads(line) for path in sorted(Path(folder).glob("events-*.json")) for line in path.open()]
+    return [(datetime.fromisoformat(row["event_time"]).replace(tzinfo=None), row["key"]) for row in rows]
+
+
+# The bake's operator on each provider it runs on (every operator's bake runs these).
+PROVIDERS = ["rocksdb"] if OPERATORS[BAKED_OPERATOR].rocksdb_only else ["hdfs", "rocksdb"]
+CASES = [(BAKED_OPERATOR, provider) for provider in PROVIDERS]
+
+
+@pytest.fixture(scope="module")
+def runs(spark, tmp_path_factory) -> dict[tuple[str, str], tuple[Path, list[dict]]]:
+    """A checkpoint per case (3 landing files, 2 partitions), with its settings file and progress reports."""
+    made = {}
+    for operator, provider in CASES:
+        folder = tmp_path_factory.mktemp(f"inspect-{operator}-{provider}")
+        changes = files_job(folder, "parquet", provider, files=3, operator=operator)
+        path = write_settings_file(folder / "settings.yaml", changes)
+        settings = load_settings(path)
+        apply_confs(spark, settings)
+        query = run_query(spark, settings)
+        assert query.exception() is None
+        made[operator, provider] = (path, query.recentProgress)
+    return made
+
+
+def inspect_json(*args: str) -> dict:
+    result = run_cli("inspect", *args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def statestore_rows(spark, checkpoint: str, batch_id: int, operator: str, store: str) -> list[int]:
+    """Rows per partition of one store, by Spark's own reader."""
+    options = {"operatorId": "0", "batchId": str(batch_id)}
+    if operator == "custom_state":
+        options.update({"readRegisteredTimers": "true"} if store == TIMERS else {"stateVarName": store})
+    else:
+        options["storeName"] = store
+    rows = spark.read.format("statestore").options(**options).load(checkpoint)
+    by_partition = {row.partition_id: row["count"] for row in rows.groupBy("partition_id").count().collect()}
+    return [by_partition.get(p, 0) for p in range(2)]
+
+
+@pytest.mark.operator
+@pytest.mark.parametrize(("operator", "provider"), CASES)
+def test_inspect_counts_match_spark_reader_progress_and_input(spark, runs, operator, provider):
+    path, progress = runs[operator, provider]
+    settings = load_settings(path)
+    checkpoint = settings.query.checkpoint_location
+    last = progress[-1]
+
+    inspection = inspect_checkpoint(spark, checkpoint)
+
+    assert (inspection.provider, inspection.batch_id) == (provider, last["batchId"])
+    (state,) = inspection.operators
+    assert (state.operator, state.partitions, state.max_batch_id) == (operator, 2, last["batchId"])
+    assert [store.store for store in state.stores] == EXPECTED_STORES[operator]
+    for store in state.stores:
+        assert store.rows_per_partition == statestore_rows(spark, checkpoint, last["batchId"], operator, store.store)
+    # The state rows against the progress, and against the input itself.
+    assert inspection.state_rows == last["stateOperators"][0]["numRowsTotal"]
+    assert inspection.state_rows == state_rows_from_input(settings) > 0
+    assert state.disk_bytes == sum(state.disk_bytes_per_partition) > 0
+
+
+EXPECTED_STORES = {
+    "windowed_aggregation": ["default"],
+    "deduplication": ["default"],
+    "stream_stream_join": [
+        "left-keyToNumValues",
+        "left-keyWithIndexToValue",
+        "right-keyToNumValues",
+        "right-keyWithIndexToValue",
+    ],
+    "custom_state": ["session", TIMERS],
+}
+
+
+@pytest.mark.operator
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_inspect_command_in_a_fresh_process(runs, provider):
+    """The command's own Spark session has run no query: the case of the StateStoreCoordinator bug."""
+    operator = BAKED_OPERATOR
+    path, progress = runs[operator, provider]
+    settings = load_settings(path)
+    checkpoint = Path(settings.query.checkpoint_location)
+    before = digest(checkpoint)
+
+    report = inspect_json("--settings", str(path))
+
+    assert (report["provider"], report["batch_id"]) == (provider, progress[-1]["batchId"])
+    assert report["state_rows"] == progress[-1]["stateOperators"][0]["numRowsTotal"]
+    (operator_report,) = report["operators"]
+    assert operator_report["operator"] == operator
+    assert sum(store["rows"] for store in operator_report["stores"] if store["counted"]) == report["state_rows"]
+    estimate = settings.sizing()
+    assert report["estimate"]["state_rows"] == estimate.rows
+    assert report["estimate"]["measured_share"] == round(report["state_rows"] / estimate.rows, 4)
+    # Reading state changes nothing in the checkpoint.
+    assert digest(checkpoint) == before
+
+
+def test_inspect_an_earlier_batch_and_the_human_report(runs):
+    provider = "rocksdb"
+    path, progress = runs[BAKED_OPERATOR, provider]
+    checkpoint = load_settings(path).query.checkpoint_location
+    first = progress[0]
+    report = inspect_json("--checkpoint", checkpoint, "--batch-id", str(first["batchId"]))
+    assert report["batch_id"] == first["batchId"]
+    assert report["state_rows"] == first["stateOperators"][0]["numRowsTotal"]
+    assert report["estimate"] is None  # a bare checkpoint has no settings to estimate from
+
+    human = run_cli("inspect", "--settings", str(path))
+    assert human.returncode == 0, human.stderr
+    spark_name = OPERATORS[BAKED_OPERATOR].spark_name
+    assert f"operator 0: {BAKED_OPERATOR} ({spark_name}), 2 partitions" in human.stdout
+    assert f"provider {provider}, state as of batch {progress[-1]['batchId']}" in human.stdout
+    assert f"state rows: {progress[-1]['stateOperators'][0]['numRowsTotal']:,}" in human.stdout
+    assert "skew" in human.stdout and "estimate (" in human.stdout
+
+
+def test_inspect_refuses_what_it_cannot_read(runs, tmp_path):
+    path, progress = runs[BAKED_OPERATOR, "rocksdb"]
+    checkpoint = load_settings(path).query.checkpoint_location
+    last = progress[-1]["batchId"]
+
+    missing = run_cli("inspect", "--checkpoint", str(tmp_path / "nothing"))
+    assert missing.returncode == 2
+    assert f"inspect error: no checkpoint at {tmp_path / 'nothing'} (no offsets folder)" in missing.stderr
+
+    future = run_cli("inspect", "--checkpoint", checkpoint, "--batch-id", str(last + 1))
+    assert future.returncode == 2
+    assert f"inspect error: --batch-id {last + 1}: the last committed batch of {checkpoint} is {last}" in future.stderr
+
+    negative = run_cli("inspect", "--checkpoint", checkpoint, "--batch-id", "-1")
+    assert negative.returncode == 2 and "--batch-id: '-1' must be 0 or more" in negative.stderr
+
+    both = run_cli("inspect", "--checkpoint", checkpoint, "--settings", str(path))
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+    uncommitted = tmp_path / "uncommitted"
+    (uncommitted / "offsets").mkdir(parents=True)
+    none_yet = run_cli("inspect", "--checkpoint", str(uncommitted))
+    assert none_yet.returncode == 2 and "has no committed batch yet" in none_yet.stderr
+
+
+@pytest.mark.skipif(BAKED_OPERATOR == "custom_state", reason="damages an HDFS-store checkpoint")
+def test_inspect_a_damaged_checkpoint_exits_4_naming_the_state(runs, tmp_path):
+    path, _ = runs[BAKED_OPERATOR, "hdfs"]
+    damaged = tmp_path / "damaged"
+    shutil.copytree(load_settings(path).query.checkpoint_location, damaged)
+    newest = max((damaged / "state" / "0" / "0").glob("*.delta"), key=lambda file: int(file.stem))
+    newest.write_bytes(b"")  # the newest state file, truncated
+
+    result = run_cli("inspect", "--checkpoint", str(damaged))
+
+    assert result.returncode == 4
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith(
+        f"checkpoint error: {damaged}: Spark cannot read the state of operator 0, store default"
+    )
+    assert "CANNOT_LOAD_STATE_STORE" in last_line and "java.io.EOFException" in last_line
+    assert last_line.endswith(
+        "the checkpoint may be damaged: restore the checkpoint from a copy, or set"
+        " query.checkpoint_location to a new directory and reprocess the input from the start"
+    )

@@ -1,0 +1,152 @@
+"""Live observability: JSON-lines progress, the state-size watchdog, and Spark's streaming metrics.
+
+The input is the soak's (tests/test_soak.py): the rate-micro-batch source, 1,000 events per batch
+10 s of event time apart over 50 keys, counted per 1-minute window with a 2-minute watermark. Its
+state levels off at 150 to 200 rows; the sizing below is told 5 keys, so it estimates 15 rows.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from stream_job.machinery.runtime.job import run_query
+from stream_job.machinery.runtime.progress import format_progress
+from stream_job.machinery.runtime.session import apply_confs
+from stream_job.machinery.settings import load_settings
+
+from .conftest import PROJECT_DIR, clean_env, deep_merge, free_port, run_python, write_settings_file
+from .test_soak import SOAK
+
+pytestmark = pytest.mark.streaming
+
+# The soak's input and query, with the sizing told 5 keys: 3 open windows x 5 keys = 15 rows, a
+# tenth of what the query keeps.
+SOURCE = deep_merge(
+    SOAK,
+    {
+        "join_source": None,
+        "capacity": {"input_rows_per_second": 100, "key_cardinality": 5},
+    },
+)
+
+
+def changes_for(tmp_path, monitoring: dict, trigger: str = "100 milliseconds") -> dict:
+    return deep_merge(
+        SOURCE,
+        {
+            "sink": {"path": str(tmp_path / "output")},
+            "query": {"name": "watched", "checkpoint_location": str(tmp_path / "checkpoint"), "trigger": trigger},
+            "monitoring": monitoring,
+        },
+    )
+
+
+def test_json_lines_carry_each_batch_with_the_operators_own_metrics(spark, tmp_path):
+    settings = load_settings(
+        write_settings_file(tmp_path / "settings.yaml", changes_for(tmp_path, {"progress_format": "json"}))
+    )
+    assert settings.sizing().rows == 15
+    apply_confs(spark, settings)
+    out = io.StringIO()
+
+    query = run_query(spark, settings, max_batches=4, progress_to=out)
+
+    events = [json.loads(line) for line in out.getvalue().splitlines()]  # every line is one JSON object
+    assert events[0]["event"] == "started" and events[0]["query"] == "watched"
+    batches = [event for event in events if event["event"] == "batch"]
+    assert len(batches) >= 4
+    progress = {p["batchId"]: p for p in query.recentProgress}
+    for event in batches:
+        spark_progress = progress[event["batch_id"]]
+        operators = spark_progress["stateOperators"]
+        assert event["input_rows"] == spark_progress["numInputRows"] == 1000
+        assert event["state_rows"] == sum(operator["numRowsTotal"] for operator in operators)
+        assert event["state_memory_bytes"] == sum(operator["memoryUsedBytes"] for operator in operators)
+        assert event["durations_ms"] == spark_progress["durationMs"]
+        assert event["watermark"] == spark_progress["eventTime"]["watermark"]
+        # The operators' custom metrics as this Spark version reports them, not a list of names.
+        reported = [operator["customMetrics"] for operator in operators]
+        assert [operator["custom_metrics"] for operator in event["state_operators"]] == reported
+        assert all(reported)
+        # The text line says the same.
+        assert format_progress(spark_progress).startswith(f"batch {event['batch_id']}: 1,000 input rows, ")
+    # The watchdog spoke once, as an event in the stream, at the first batch past 2 x 15 rows.
+    (warning,) = [event for event in events if event["event"] == "state_warning"]
+    crossed = next(event for event in batches if event["state_rows"] > 30)
+    assert warning["kind"] == "rows_over_estimate"
+    assert warning["message"].startswith(
+        f"state watchdog: batch {crossed['batch_id']} holds {crossed['state_rows']:,} state rows,"
+        f" {crossed['state_rows'] / 15:.1f}x the estimate of 15 (warning at 2x, monitoring.state_warning_factor)."
+    )
+
+
+def test_the_watchdog_warns_once_and_loudly_near_the_hdfs_threshold_through_main_py(tmp_path):
+    # A millionth of 1 GiB per partition, about 1 KiB: crossed by the first batch with state.
+    monitoring = {"progress_format": "text", "state_warning_factor": 3, "hdfs_memory_warning_share": 0.000001}
+    path = write_settings_file(tmp_path / "settings.yaml", changes_for(tmp_path, monitoring))
+
+    run = run_python("main.py", "--settings", str(path), "--max-batches", "6", env=clean_env())
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert len([line for line in run.stdout.splitlines() if line.startswith("batch ")]) >= 6
+    (rows_warning,) = [line for line in run.stderr.splitlines() if line.startswith("state watchdog: ")]
+    assert re.fullmatch(
+        r"state watchdog: batch \d+ holds [\d,]+ state rows, [\d.]+x the estimate of 15 \(warning at 3x,"
+        r" monitoring\.state_warning_factor\)\. Recheck the capacity section of settings\.yaml .*",
+        rows_warning,
+    )
+    (loud,) = [line for line in run.stderr.splitlines() if line.startswith("STATE WATCHDOG: ")]
+    assert re.fullmatch(
+        r"STATE WATCHDOG: batch \d+: the HDFS-backed state holds [\d.]+ (?:B|[KMG]iB) of JVM heap per partition on"
+        r" average \([\d.]+ (?:B|[KMG]iB) over 2 partitions; skewed partitions hold more\), past 0\.0001% of the"
+        r" 1\.0 GiB per partition where .* The provider cannot be switched on this checkpoint: .* To move to"
+        r" RocksDB, set state_store\.provider to rocksdb with a new query\.checkpoint_location and reprocess the"
+        r" input; until then, give the executors more memory\.",
+        loud,
+    )
+
+
+def test_metrics_enabled_puts_the_query_on_the_prometheus_endpoint(tmp_path):
+    port = free_port()
+    changes = changes_for(tmp_path, {"metrics_enabled": True}, trigger="1 second")
+    changes["spark"]["conf"] = {
+        "spark.ui.enabled": "true",
+        "spark.ui.port": str(port),
+        "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
+        "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
+    }
+    path = write_settings_file(tmp_path / "settings.yaml", changes)
+    process = subprocess.Popen(
+        [sys.executable, "main.py", "--settings", str(path), "--timeout", "120"],
+        cwd=PROJECT_DIR,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=clean_env(),
+    )
+    streaming = []
+    try:
+        deadline = time.monotonic() + 120
+        while not streaming and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(1)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics/prometheus", timeout=5) as page:
+                    text = page.read().decode()
+            except OSError:
+                continue  # the UI is not up yet
+            streaming = [line for line in text.splitlines() if "spark_streaming_watched_" in line]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=60)[0]
+    assert process.returncode == 0, output[-3000:]
+    names = {line.split("{")[0].split(" ")[0] for line in streaming}
+    assert any(name.endswith("spark_streaming_watched_states_rowsTotal_Value") for name in names), names
+    assert any(name.endswith("spark_streaming_watched_inputRate_total_Value") for name in names), names

@@ -1,0 +1,46 @@
+"""The machinery's proofs, run inside real bakes.
+
+`tests/machinery/` holds the proofs of the template's machinery (crashes and repeated kills, damaged
+checkpoints, disk errors, the guard, the state key, inspect, bench, calibration, monitoring, the
+soak, the standalone cluster, the bad-settings table, ...). They need a real project around them:
+each run copies them into a fresh bake and runs them there, on that bake's example query. The
+machinery is byte for byte the same in every bake (tests/test_bake.py proves it), so a test that
+does not depend on the operator runs once, in the default bake; a test marked `operator` runs in
+the bake of every operator; the standalone cluster test (marker `cluster`) runs in the join bake,
+on RocksDB with two inputs. Markers choose, never test names.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .conftest import bake, run_in
+
+pytestmark = pytest.mark.slow
+
+PROOFS = Path(__file__).resolve().parent / "machinery"
+BAKES = [
+    pytest.param({}, "not cluster", id="windowed_aggregation:everything-but-the-cluster"),
+    pytest.param({"stateful_operator": "deduplication"}, "operator", id="deduplication:operator"),
+    pytest.param(
+        {"stateful_operator": "stream_stream_join", "state_store_provider": "rocksdb"},
+        "operator or cluster",
+        id="stream_stream_join:operator-and-cluster",
+    ),
+    # RocksDB without changelog checkpointing: the store the other bakes do not crash.
+    pytest.param(
+        {"stateful_operator": "custom_state", "changelog_checkpointing": False}, "operator", id="custom_state:operator"
+    ),
+]
+
+
+@pytest.mark.parametrize(("answers", "markers"), BAKES)
+def test_machinery_proofs_pass_in_a_real_bake(out, answers, markers):
+    project = bake(out, **answers)
+    shutil.copytree(PROOFS, project / "machinery_tests", ignore=shutil.ignore_patterns("__pycache__"))
+    tests = run_in(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "machinery_tests", "-m", markers, timeout=3000)
+    assert tests.returncode == 0, tests.stdout[-6000:] + tests.stderr[-3000:]
+    assert " passed" in tests.stdout and "failed" not in tests.stdout

@@ -1,0 +1,1 @@
+"""The checkpoint: the guard against drift, the state key record, and inspect."""

@@ -1,0 +1,249 @@
+"""The checkpoint guard: refuse to start when settings say one thing and the checkpoint another.
+
+Spark records some confs in every `offsets/<batch>` file (the state store provider, the shuffle
+partitions, state format versions) and on restart silently uses the recorded values. It also
+records each stateful operator and its state stores in `state/<operator>/_metadata` (what the
+`state-metadata` data source reads). The guard reads those files, without starting Spark, and
+compares them with what these settings would set. It only reads: a refused start leaves the
+checkpoint byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..contract import QUERY_MODULE
+from ..operators import BY_SPARK_NAME, OPERATORS
+from ..runtime.session import PROVIDER_CLASSES, spark_confs
+from ..settings import Settings
+
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+# Pinned confs that settings own, and the setting that owns each; other pinned confs can only be
+# set through spark.conf.
+CONF_SETTINGS = {PROVIDER_CONF: "state_store.provider", PARTITIONS_CONF: "spark.shuffle_partitions"}
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One setting whose value differs from the one the checkpoint holds."""
+
+    setting: str
+    in_settings: str
+    in_checkpoint: str
+    why: str
+    # Where the value comes from: the settings, or the code (the operator the query module declares).
+    source: str = "settings"
+
+    def message(self, checkpoint: str) -> str:
+        return (
+            f"{self.setting} is {self.in_settings} in {self.source}, but the checkpoint {checkpoint} holds"
+            f" {self.in_checkpoint}: {self.why} Either set {self.setting} back to {self.in_checkpoint},"
+            " or set query.checkpoint_location to a new directory and reprocess the input from the start"
+            " (the existing state cannot be converted)."
+        )
+
+
+@dataclass
+class GuardReport:
+    checkpoint: str
+    last_batch: int | None = None
+    drifts: list[Drift] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def consistent(self) -> bool:
+        return not self.drifts
+
+
+def check_checkpoint(settings: Settings) -> GuardReport:
+    """Compare the settings with the checkpoint they point at (nothing to compare when there is none)."""
+    location = settings.query.checkpoint_location
+    report = GuardReport(location)
+    if "://" in location and not location.startswith("file:"):
+        report.notes.append(f"checkpoint {location} is not on the local file system; the guard cannot read it")
+        return report
+    checkpoint = Path(location.removeprefix("file:"))
+    check_log_files(checkpoint)
+    latest = latest_offsets(checkpoint)
+    if latest is None:
+        report.notes.append(f"no checkpoint yet at {checkpoint}: this run starts one")
+        return report
+    report.last_batch, pinned = latest
+    report.drifts += conf_drifts(settings, pinned)
+    report.drifts += operator_drifts(settings, checkpoint)
+    if not any(drift.setting == "state_store.provider" for drift in report.drifts):
+        report.notes += changelog_notes(settings, checkpoint)
+    return report
+
+
+def latest_offsets(checkpoint: Path) -> tuple[int, dict[str, str]] | None:
+    """(batch id, pinned confs) of the newest offsets file, or None without one."""
+    path = highest_numbered(checkpoint / "offsets")
+    if path is None:
+        return None
+    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        metadata = json.loads(lines[1])
+    except (IndexError, json.JSONDecodeError):
+        raise CheckpointUnreadable(
+            f"{path}: not a Spark offsets file (no metadata line; half-written?); {RESTORE_OR_RESTART}"
+        ) from None
+    return int(path.name), {key: str(value) for key, value in metadata.get("conf", {}).items()}
+
+
+def _numbered(folder: Path) -> list[Path]:
+    """The entries of folder named by a number (batch, operator or version ids), in numeric order."""
+    entries = [path for path in folder.iterdir() if path.name.isdigit()] if folder.is_dir() else []
+    return sorted(entries, key=lambda path: int(path.name))
+
+
+def highest_numbered(folder: Path) -> Path | None:
+    entries = _numbered(folder)
+    return entries[-1] if entries else None
+
+
+class CheckpointUnreadable(Exception):
+    """A checkpoint file the guard cannot parse; the message names it."""
+
+
+RESTORE_OR_RESTART = (
+    "restore the checkpoint from a copy, or set query.checkpoint_location to a new directory and reprocess"
+    " the input from the start"
+)
+
+
+def check_log_files(checkpoint: Path) -> None:
+    """Damage Spark reports badly or not at all, found before it starts: a half-written `metadata`
+    (a Java stack trace otherwise), and a log entry's checksum file left without the entry (Spark
+    then claims another query uses the checkpoint)."""
+    metadata = checkpoint / "metadata"
+    if metadata.is_file():
+        try:
+            json.loads(metadata.read_text(encoding="utf-8").splitlines()[0])["id"]
+        except (IndexError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
+            raise CheckpointUnreadable(
+                f"{metadata}: not a Spark checkpoint metadata file (the query id); {RESTORE_OR_RESTART}"
+            ) from None
+    newest_commit = highest_numbered(checkpoint / "commits")
+    if newest_commit is not None:
+        lines = newest_commit.read_text(encoding="utf-8", errors="replace").splitlines()
+        try:
+            json.loads(lines[1]) if len(lines) > 1 else None
+        except json.JSONDecodeError:
+            checksum = newest_commit.parent / f".{newest_commit.name}.crc"
+            raise CheckpointUnreadable(
+                f"{newest_commit}: a half-written commit record; remove it and {checksum}, and Spark runs batch"
+                f" {newest_commit.name} again (the sink skips what it already wrote); or {RESTORE_OR_RESTART}"
+            ) from None
+    for log in ("offsets", "commits"):
+        folder = checkpoint / log
+        for checksum in sorted(folder.glob(".*.crc")) if folder.is_dir() else ():
+            entry = folder / checksum.name.removeprefix(".").removesuffix(".crc")
+            if entry.name.isdigit() and not entry.exists():
+                raise CheckpointUnreadable(
+                    f"{checksum} is left without {entry} (the entry was removed or lost): remove {checksum} too,"
+                    f" and Spark runs batch {entry.name} again from its offsets; or {RESTORE_OR_RESTART}"
+                )
+
+
+def empty_state_files(checkpoint: Path) -> list[Path]:
+    """State files of zero bytes: a truncated write, which Spark reports without naming the file."""
+    return sorted(path for path in (checkpoint / "state").rglob("*") if path.is_file() and path.stat().st_size == 0)
+
+
+def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
+    wanted = spark_confs(settings)
+    drifts = []
+    for key, recorded in pinned.items():
+        if key not in wanted or wanted[key] == recorded:
+            continue
+        if key == PROVIDER_CONF:
+            held = provider_name(recorded)
+            drifts.append(
+                Drift(
+                    "state_store.provider",
+                    settings.state_store.provider,
+                    recorded if held == settings.state_store.provider else held,  # same name, other platform
+                    "Spark keeps the provider a checkpoint was started with and ignores a new one.",
+                )
+            )
+        elif key == PARTITIONS_CONF:
+            drifts.append(
+                Drift(
+                    "spark.shuffle_partitions",
+                    wanted[key],
+                    recorded,
+                    "the state is split into that many partitions, and Spark keeps using them.",
+                )
+            )
+        else:
+            drifts.append(
+                Drift(
+                    f"spark.conf.{key}", wanted[key], recorded, "Spark keeps the value the checkpoint was started with."
+                )
+            )
+    return drifts
+
+
+def operator_drifts(settings: Settings, checkpoint: Path) -> list[Drift]:
+    """The stateful operator must be the one whose state the checkpoint holds."""
+    recorded = [operator["operatorName"] for operator in stateful_operators(checkpoint)]
+    expected = OPERATORS[settings.query.operator].spark_name
+    if not recorded or recorded == [expected]:
+        return []
+    names = BY_SPARK_NAME
+    held = ", ".join(names.get(name, name) for name in recorded)
+    return [
+        Drift(
+            f"{QUERY_MODULE}.OPERATOR",
+            settings.query.operator,
+            held,
+            "the state in the checkpoint has the shape of that operator and cannot serve another.",
+            source="the code",
+        )
+    ]
+
+
+def stateful_operators(checkpoint: Path) -> list[dict]:
+    """operatorInfo of each stateful operator from its state metadata file (v1 or v2), by operator id."""
+    operators = []
+    for directory in _numbered(checkpoint / "state"):
+        metadata = _newest_metadata(directory / "_metadata")
+        if metadata is None:
+            continue
+        lines = metadata.read_text(encoding="utf-8").splitlines()
+        try:
+            operators.append(json.loads(lines[1])["operatorInfo"])
+        except (IndexError, KeyError, json.JSONDecodeError):
+            raise CheckpointUnreadable(f"{metadata}: not a Spark state metadata file; {RESTORE_OR_RESTART}") from None
+    return operators
+
+
+def _newest_metadata(folder: Path) -> Path | None:
+    if (folder / "metadata").is_file():  # version 1
+        return folder / "metadata"
+    return highest_numbered(folder / "v2")
+
+
+def changelog_notes(settings: Settings, checkpoint: Path) -> list[str]:
+    """Changelog checkpointing is not pinned: RocksDB reads snapshots and changelogs alike."""
+    if settings.state_store.provider != "rocksdb":
+        return []
+    written_before = any(checkpoint.glob("state/*/*/*.changelog"))
+    now = "on" if settings.state_store.changelog_checkpointing else "off"
+    before = "with changelog files" if written_before else "without changelog files"
+    return [
+        f"changelog checkpointing is {now}; earlier runs wrote the state {before}. It may be toggled"
+        " between runs: RocksDB restores from snapshots and changelogs alike."
+    ]
+
+
+def provider_name(provider_class: str) -> str:
+    for classes in PROVIDER_CLASSES.values():
+        for name, known in classes.items():
+            if known == provider_class:
+                return name
+    return provider_class

@@ -1,0 +1,61 @@
+"""Command line: run the job, size the state, look at the output.
+
+Exit codes: 0 done, 1 the query failed, 2 bad settings or arguments, 3 something the job needs is
+missing from this machine (Java, a connector JAR, the deltalake package), 4 the settings disagree
+with the existing checkpoint (nothing was started or changed).
+"""
+
+# (The docstring above is the description `--help` prints.) Each command module registers its
+# subcommands with a handler; main() calls the handler and turns the shared errors into exit codes.
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..checkpoint.guard import CheckpointUnreadable
+from ..checkpoint.inspection import InspectError
+from ..contract import PACKAGE
+from ..endpoints.delta_writer import MissingPackageError
+from ..runtime.connectors import ConnectorError
+from ..runtime.java import JavaError
+from ..settings import SettingsError
+from . import bench, checkpoint, config, data, estimate, package, run
+from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_MISSING_DEPENDENCY
+
+# In the order `--help` lists their commands.
+COMMAND_MODULES = (run, estimate, package, checkpoint, bench, config, data)
+MISSING_DEPENDENCY_PREFIXES = {
+    JavaError: "java error",
+    ConnectorError: "connector error",
+    MissingPackageError: "package error",
+}
+
+__all__ = ["main", "parser"]
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog=f"python -m {PACKAGE}", description=__doc__)
+    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        module.register(commands)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except SettingsError as error:
+        for line in error.lines:
+            print(f"settings error: {line}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (JavaError, ConnectorError, MissingPackageError) as error:
+        print(f"{MISSING_DEPENDENCY_PREFIXES[type(error)]}: {error}", file=sys.stderr)
+        return EXIT_MISSING_DEPENDENCY
+    except CheckpointUnreadable as error:
+        print(f"checkpoint error: {error}", file=sys.stderr)
+        return EXIT_CHECKPOINT_DRIFT
+    except InspectError as error:
+        print(f"inspect error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -1,0 +1,68 @@
+"""`check` and `inspect`: the existing checkpoint against the settings, and the state it holds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..checkpoint.guard import check_checkpoint
+from ..settings import DEFAULT_SETTINGS_FILE, load_settings
+from .arguments import EXIT_CHECKPOINT_DRIFT, add_settings_argument, non_negative_int
+from .run import guard_passes
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    check = commands.add_parser(
+        "check", help="compare settings with the existing checkpoint, without starting Spark (exit 4 on drift)"
+    )
+    add_settings_argument(check)
+    check.set_defaults(handler=cmd_check)
+
+    inspect = commands.add_parser(
+        "inspect", help="read the checkpoint's state: rows and bytes per partition, skew, kept batches, the estimate"
+    )
+    where = inspect.add_mutually_exclusive_group()
+    where.add_argument(
+        "--settings",
+        type=Path,
+        help=f"inspect query.checkpoint_location and compare with these settings' estimate (default: {DEFAULT_SETTINGS_FILE})",
+    )
+    where.add_argument("--checkpoint", help="inspect this checkpoint directory instead (no estimate to compare)")
+    inspect.add_argument(
+        "--batch-id", type=non_negative_int, help="the state as of this batch (default: the last committed one)"
+    )
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of the tables")
+    inspect.set_defaults(handler=cmd_inspect)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    report = check_checkpoint(load_settings(args.settings))
+    if not guard_passes(report):
+        return EXIT_CHECKPOINT_DRIFT
+    if report.last_batch is not None:
+        print(f"checkpoint {report.checkpoint}: consistent with the settings (last batch {report.last_batch})")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    settings = None if args.checkpoint else load_settings(args.settings or DEFAULT_SETTINGS_FILE)
+    location = args.checkpoint or settings.query.checkpoint_location
+    from ..checkpoint.inspection import READER_CONFS, checkpoint_facts, inspect_checkpoint, render
+
+    checkpoint_facts(location, args.batch_id)  # what can be checked before Spark starts
+    from ..runtime.session import local_session, secret_confs
+
+    # The user's own confs may carry what a cloud checkpoint needs (credentials, file systems).
+    confs = {} if settings is None else {key: str(value) for key, value in settings.spark.conf.items()}
+    if settings is not None:
+        confs.update(secret_confs(settings))
+    spark = local_session("inspect-state", {**confs, **READER_CONFS})
+    try:
+        inspection = inspect_checkpoint(spark, location, args.batch_id)
+    finally:
+        spark.stop()
+    if settings is not None:
+        inspection.estimate = settings.sizing()
+    print(json.dumps(inspection.to_dict(), indent=2) if args.json else render(inspection))
+    return 0

@@ -1,0 +1,40 @@
+"""`config` and `packages`: what the settings amount to, printed without running anything."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..runtime.connectors import packages
+from ..settings import load_settings
+from .arguments import add_settings_argument
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    config = commands.add_parser(
+        "config",
+        help="print the effective configuration: settings after environment overrides, and the Spark confs and"
+        " source options the job sets (secrets shown as the variable they come from)",
+    )
+    add_settings_argument(config)
+    config.set_defaults(handler=cmd_config)
+
+    needed = commands.add_parser(
+        "packages", help="print the --packages coordinates spark-submit needs for these settings (may be empty)"
+    )
+    add_settings_argument(needed)
+    needed.set_defaults(handler=cmd_packages)
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    import yaml
+
+    from ..tools.effective_config import effective_configuration
+
+    configuration = effective_configuration(load_settings(args.settings))
+    print(yaml.safe_dump(configuration, sort_keys=False, default_flow_style=False, width=10**6), end="")
+    return 0
+
+
+def cmd_packages(args: argparse.Namespace) -> int:
+    print(packages(load_settings(args.settings)))
+    return 0

@@ -1,0 +1,144 @@
+"""`run`: the streaming job itself (what main.py does), and the advice printed when it fails."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from ..checkpoint.guard import RESTORE_OR_RESTART, GuardReport, check_checkpoint, empty_state_files
+from ..endpoints.delta_writer import require_deltalake
+from ..settings import Settings, SettingsError, load_settings, nearest_existing_folder
+from ..text import first_line
+from .arguments import EXIT_CHECKPOINT_DRIFT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser("run", help="run the streaming job (what main.py does)")
+    add_settings_argument(run)
+    run.add_argument("--max-batches", type=positive_int, help="stop gracefully after N committed micro-batches")
+    run.add_argument("--timeout", type=positive_float, metavar="SECONDS", help="stop gracefully after SECONDS")
+    run.set_defaults(handler=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    settings = load_settings(args.settings)
+    problems = settings.problems_before_run()
+    if problems:
+        raise SettingsError(problems)
+    # With JSON progress lines, stdout carries the events only; remarks go to stderr.
+    remarks_to = sys.stderr if settings.monitoring.progress_format == "json" else sys.stdout
+    if not guard_passes(check_checkpoint(settings), remarks_to):
+        return EXIT_CHECKPOINT_DRIFT
+    if settings.sink.delta_writer == "deltalake":
+        require_deltalake()
+    # Spark is imported only now, so that bad input never starts a JVM.
+    from pyspark.errors import StreamingQueryException
+
+    from ..checkpoint.state_key import StateKeyChanged
+    from ..runtime.connectors import require_connectors
+    from ..runtime.job import run_query
+    from ..runtime.session import build_session
+
+    spark = build_session(settings)
+    print(startup_line(settings, spark.version, spark.sparkContext.master), file=remarks_to, flush=True)
+    try:
+        require_connectors(spark, settings)
+        run_query(spark, settings, args.max_batches, args.timeout)
+    except StateKeyChanged as error:
+        print(f"checkpoint error: {error}", file=sys.stderr)
+        return EXIT_CHECKPOINT_DRIFT
+    except StreamingQueryException as error:
+        print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)
+        print(f"checkpoint: {settings.query.checkpoint_location}", file=sys.stderr)
+        chain = _message_chain(error)
+        for line in damaged_checkpoint_advice(chain, settings.query.checkpoint_location):
+            print(line, file=sys.stderr)
+        for line in disk_full_advice(chain, settings):
+            print(line, file=sys.stderr)
+        return EXIT_QUERY_FAILED
+    finally:
+        spark.stop()
+    return 0
+
+
+def guard_passes(report: GuardReport, notes_to: TextIO | None = None) -> bool:
+    """Print the guard's notes (on stdout unless told), and each drift as one line on stderr; True
+    when there is none."""
+    for note in report.notes:
+        print(f"checkpoint: {note}", file=notes_to or sys.stdout)
+    for drift in report.drifts:
+        print(f"checkpoint error: {drift.message(report.checkpoint)}", file=sys.stderr)
+    return report.consistent
+
+
+def startup_line(settings: Settings, spark_version: str, master: str) -> str:
+    store = settings.state_store
+    changelog = " with changelog checkpointing" if store.changelog_checkpointing else ""
+    writer = f" ({settings.sink.delta_writer})" if settings.sink.delta_writer else ""
+    sources = " + ".join(source.type for source in settings.inputs.values())
+    return (
+        f"{settings.query.name}: Spark {spark_version} on {master}, {sources} -> {settings.sink.type}"
+        f"{writer}, state store {store.provider}{changelog}, {settings.spark.shuffle_partitions} shuffle partitions,"
+        f" checkpoint {settings.query.checkpoint_location}"
+    )
+
+
+def damaged_checkpoint_advice(message: str, checkpoint: str) -> list[str]:
+    """When Spark's error points into the checkpoint: the files concerned, and the ways out.
+
+    Spark names a missing file, but not a truncated one ("An error occurred during loading
+    state"); then the state files of zero bytes are named, or else the state folder.
+    """
+    root = checkpoint.removeprefix("file:").rstrip("/")
+    paths = {"/" + path.lstrip("/").rstrip(".,;:)") for path in re.findall(r"(?:file:)?(/[^\s'\"]+)", message)}
+    named = sorted(_state_version(path) for path in paths if path.startswith(root + "/"))
+    if not named and "CANNOT_LOAD_STATE_STORE" in message and "://" not in root:
+        named = [str(path) for path in empty_state_files(Path(root))] or [f"{root}/state (a state file there)"]
+    if not named:
+        return []
+    return [
+        *(f"checkpoint file: {path}" for path in named),
+        f"The checkpoint is damaged there; nothing was committed past it. To recover, {RESTORE_OR_RESTART}"
+        " (the output already written stays).",
+    ]
+
+
+def disk_full_advice(message: str, settings: Settings) -> list[str]:
+    """A full disk: the space left where the job writes, and that a restart after freeing it is safe."""
+    if "No space left on device" not in message:
+        return []
+    places = {"query.checkpoint_location": settings.query.checkpoint_location}
+    if settings.sink.type != "console":
+        places["sink.path"] = settings.sink.path
+    lines = []
+    for setting, location in places.items():
+        folder = nearest_existing_folder(location)
+        if folder is not None:  # remote storage's free space cannot be asked here
+            lines.append(f"disk full: {setting} {location} has {shutil.disk_usage(folder).free / 2**20:,.1f} MiB free")
+    return [
+        *lines,
+        "Free space and start again: the batch that failed was not committed and runs again, and what was"
+        " committed stays (a sink counts only committed batches).",
+    ]
+
+
+def _state_version(path: str) -> str:
+    """RocksDB names N.changelog when version N is missing, even if it was written as N.zip."""
+    if path.endswith(".changelog") and not Path(path).exists() and not Path(path).with_suffix(".zip").exists():
+        version = Path(path).with_suffix("")
+        return f"{version}.zip or {version}.changelog (neither is there: version {version.name} of this state is lost)"
+    return path
+
+
+def _message_chain(error: BaseException) -> str:
+    """Spark's message and those of its causes, where a full disk or a missing file is often named."""
+    messages: list[str] = []
+    cause: BaseException | None = error
+    while cause is not None and len(messages) < 20:
+        messages.append(str(cause))
+        cause = getattr(cause, "_cause", None)  # pyspark keeps the Java cause chain there, converted
+    return "\n".join(messages)

@@ -1,0 +1,66 @@
+"""Durations as Spark writes them ("10 minutes", "1 hour 30 minutes"): one parser for every setting,
+answer and command that takes one. Standard library only: the template's hooks use it too."""
+
+from __future__ import annotations
+
+import re
+
+# Units Spark's interval parser accepts for a watermark. Months and years are refused on
+# purpose: Spark counts a month as 31 days there, which is never what a user means.
+_UNIT_SECONDS = {
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1.0,
+    "minute": 60.0,
+    "hour": 3600.0,
+    "day": 86400.0,
+    "week": 604800.0,
+}
+_PAIR = re.compile(r"(\d+(?:\.\d+)?)\s+([a-z]+?)s?(?=\s|$)")
+
+
+class DurationError(ValueError):
+    """A duration string that Spark would not accept (or that is not positive)."""
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Spark interval string such as "10 minutes" or "1 hour 30 minutes"."""
+    if not isinstance(text, str):
+        raise DurationError(f"expected text such as '10 minutes', got {text!r}")
+    body = text.strip().lower()
+    if body.startswith("interval "):
+        body = body[len("interval ") :].strip()
+    if not body:
+        raise DurationError("is empty; write a number and a unit, such as '10 minutes'")
+    seconds = 0.0
+    position = 0
+    for match in _PAIR.finditer(body):
+        if body[position : match.start()].strip():
+            break
+        number, unit = match.groups()
+        if unit in ("month", "year"):
+            raise DurationError(f"{text!r} uses {unit}s; write it in days or weeks instead")
+        if unit not in _UNIT_SECONDS:
+            raise DurationError(f"{text!r} has an unknown unit {unit!r}; use {_unit_list()}")
+        seconds += float(number) * _UNIT_SECONDS[unit]
+        position = match.end()
+    if position == 0 or body[position:].strip():
+        raise DurationError(
+            f"{text!r} is not an interval Spark can parse; write '<number> <unit>' with a unit "
+            f"among {_unit_list()}, such as '30 seconds' or '2 hours'"
+        )
+    if seconds <= 0:
+        raise DurationError(f"{text!r} must be longer than zero")
+    return seconds
+
+
+def _unit_list() -> str:
+    return ", ".join(f"{unit}s" for unit in _UNIT_SECONDS)
+
+
+def named_duration(name: str, text: object) -> float:
+    """parse_duration, with the setting or answer named in the error."""
+    try:
+        return parse_duration(text)  # type: ignore[arg-type]
+    except DurationError as error:
+        raise DurationError(f"{name} {error}") from None

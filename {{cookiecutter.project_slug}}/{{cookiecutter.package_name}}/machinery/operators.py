@@ -1,0 +1,170 @@
+"""The four stateful operators and every fact the machinery knows about each, in one table.
+
+A rule about an operator (what its state holds and how many rows, the name Spark gives it in the
+state metadata, the store it needs, how sample input is shaped for it) is written here once; the
+sizing, the guard, the settings checks, the sample writer, calibration and bench read it from here.
+Standard library only: the template's post-generation hook sizes the state through this module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .durations import named_duration
+from .figures import num, require_positive
+
+# A row count and the working that led to it, for the report.
+Rows = tuple[int, str]
+
+
+def _aggregation_rows(rate: float, watermark_s: float, window: str, key_cardinality: int | None) -> Rows:
+    # A window's state lives until the watermark passes its end: the window holding the newest
+    # event plus those ending within the watermark delay before it.
+    window_s = named_duration("window", window)
+    open_windows = math.ceil(watermark_s / window_s) + 1
+    events_per_window = round(rate * window_s)
+    if key_cardinality is None:
+        keys, why = events_per_window, "key cardinality unknown: every event a new key, rate x window"
+    else:
+        require_positive("key_cardinality", key_cardinality)
+        keys = min(int(key_cardinality), events_per_window)
+        why = f"min({num(key_cardinality)} keys, {num(events_per_window)} events per window)"
+    rows = open_windows * keys
+    return rows, (
+        f"{open_windows} open windows (watermark / window {window}, rounded up, + 1)"
+        f" x {num(keys)} keys per window ({why}) = {num(rows)} rows"
+    )
+
+
+def _deduplication_rows(rate: float, watermark_s: float) -> Rows:
+    rows = round(rate * watermark_s)
+    return rows, f"{num(watermark_s)} s x {num(rate)} rows/s = {num(rows)} rows"
+
+
+def _join_rows(rate: float, watermark_s: float, join_input_rows_per_second: float | None, join_range: str) -> Rows:
+    # A left row waits for right rows up to `range` after it, and those may be up to the watermark
+    # late; a right row waits only for left rows still to come within the watermark.
+    right_rate = rate if join_input_rows_per_second is None else join_input_rows_per_second
+    require_positive("join_input_rows_per_second", right_rate)
+    range_s = named_duration("join_range", join_range)
+    left = round(rate * (watermark_s + range_s))
+    right = round(right_rate * watermark_s)
+    return left + right, (
+        f"left {num(rate)} rows/s x ({num(watermark_s)} s + range {num(range_s)} s) = {num(left)}"
+        f" + right {num(right_rate)} rows/s x {num(watermark_s)} s = {num(right)}; = {num(left + right)} rows"
+    )
+
+
+def _custom_state_rows(rate: float, watermark_s: float, session_timeout: str, key_cardinality: int | None) -> Rows:
+    # A key stays active until the watermark passes its last event plus the timeout.
+    timeout_s = named_duration("session_timeout", session_timeout)
+    events = round(rate * (timeout_s + watermark_s))
+    if key_cardinality is None:
+        keys, why = events, "key cardinality unknown: every event a new key"
+    else:
+        require_positive("key_cardinality", key_cardinality)
+        keys, why = min(int(key_cardinality), events), f"min({num(key_cardinality)} keys, {num(events)} events)"
+    return keys, (
+        f"active keys within timeout {num(timeout_s)} s + watermark {num(watermark_s)} s"
+        f" at {num(rate)} rows/s ({why}) = {num(keys)} rows"
+    )
+
+
+@dataclass(frozen=True)
+class Operator:
+    name: str
+    # What the state holds, and the formula that counts its rows (printed in the sizing report).
+    formula: str
+    rows: Callable[..., Rows]
+    # The operator's own sizing inputs (beyond rate and watermark), by their answer names.
+    sizing_inputs: tuple[str, ...]
+    # The operator name Spark writes into the checkpoint's state metadata (the guard compares it).
+    spark_name: str
+    # Why it runs on RocksDB only, or None when both stores can hold its state.
+    rocksdb_only: str | None = None
+    # A stream-stream join reads a second input, join_source.
+    two_inputs: bool = False
+    # Output mode: these emit each row once, final; only the aggregation can also emit updates.
+    append_only: bool = False
+    # The setting (under query) whose duration a state row lives on top of the watermark, if any.
+    lifetime_setting: str | None = None
+    # Sample input: distinct keys (None: a key per event, so a payment matches one order) and runs
+    # of consecutive events sharing a key (visit sessions), and whether a file spans the lifetime
+    # setting twice over (so that sessions end) instead of one watermark.
+    sample_keys: int | None = 100
+    sample_run_length: int = 1
+    sample_spans_lifetime: bool = False
+    # bench: the state holds one row per key from the first batch on (True), or every event until
+    # the watermark passes it, growing batch by batch (False).
+    state_per_key: bool = True
+
+
+OPERATORS: dict[str, Operator] = {
+    op.name: op
+    for op in (
+        Operator(
+            name="windowed_aggregation",
+            formula=(
+                "one row per (key, window) until the watermark passes the window's end:"
+                " rows = open windows x keys per window"
+            ),
+            rows=_aggregation_rows,
+            sizing_inputs=("window", "key_cardinality"),
+            spark_name="stateStoreSave",
+            lifetime_setting="window",
+        ),
+        Operator(
+            name="deduplication",
+            formula=("one row per event id, kept until the watermark passes the event's time: rows = watermark x rate"),
+            rows=_deduplication_rows,
+            sizing_inputs=(),
+            spark_name="dedupeWithinWatermark",
+            append_only=True,
+            state_per_key=False,
+        ),
+        Operator(
+            name="stream_stream_join",
+            formula=(
+                "each side keeps its rows until no row of the other side can match them:"
+                " rows = left rate x (watermark + range) + right rate x watermark"
+            ),
+            rows=_join_rows,
+            sizing_inputs=("join_input_rows_per_second", "join_range"),
+            spark_name="symmetricHashJoin",
+            two_inputs=True,
+            append_only=True,
+            lifetime_setting="join.range",
+            sample_keys=None,
+            state_per_key=False,
+        ),
+        Operator(
+            name="custom_state",
+            formula=(
+                "one value-state row (and one timer) per active key, until the watermark passes its last event"
+                " plus the session timeout: rows = active keys"
+            ),
+            rows=_custom_state_rows,
+            sizing_inputs=("session_timeout", "key_cardinality"),
+            spark_name="transformWithStateInPandasExec",
+            rocksdb_only="Spark runs transformWithState only on RocksDB",
+            append_only=True,
+            lifetime_setting="custom_state.session_timeout",
+            sample_run_length=10,
+            sample_spans_lifetime=True,
+        ),
+    )
+}
+NAMES = tuple(OPERATORS)
+
+
+def operator(name: str) -> Operator:
+    """The operator called `name`; a ValueError naming the choices otherwise."""
+    if name not in OPERATORS:
+        raise ValueError(f"operator must be one of {', '.join(NAMES)}, got {name!r}")
+    return OPERATORS[name]
+
+
+# The operator name Spark writes into the state metadata -> ours.
+BY_SPARK_NAME = {op.spark_name: op.name for op in OPERATORS.values()}

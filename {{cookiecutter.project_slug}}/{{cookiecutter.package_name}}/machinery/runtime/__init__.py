@@ -1,0 +1,1 @@
+"""The Spark job at run time: session, the query loop, progress and the state watchdog."""

@@ -1,0 +1,89 @@
+"""JVM connectors that pip's pyspark does not ship: which the settings need, and whether they are there.
+
+The Kafka source and the delta-spark sink live in JARs fetched from Maven (`--packages`). The job
+checks for them right after the session starts, so a missing JAR is one sentence naming the
+`--packages` to add, not a ClassNotFoundException from inside the first micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyspark
+from pyspark.sql import SparkSession
+
+from ..settings import Settings
+
+SCALA_VERSION = "2.13"
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+class ConnectorError(Exception):
+    """A JVM connector the settings need is not on Spark's classpath and could not be fetched."""
+
+
+@dataclass(frozen=True)
+class Connector:
+    needed_for: str
+    coordinate: str
+    probe_class: str
+
+
+def spark_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def required_connectors(settings: Settings, spark_version: str = pyspark.__version__) -> list[Connector]:
+    connectors = []
+    kafka_inputs = [section for section, source in settings.inputs.items() if source.type == "kafka"]
+    if kafka_inputs:
+        connectors.append(
+            Connector(
+                " and ".join(f"{section}.type kafka" for section in kafka_inputs),
+                f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{spark_version}",
+                "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+            )
+        )
+    if settings.sink.delta_writer == "delta-spark":
+        connectors.append(
+            Connector(
+                "sink.type delta with sink.delta.writer delta-spark",
+                f"io.delta:delta-spark_{spark_minor(spark_version)}_{SCALA_VERSION}:{settings.sink.delta.version}",
+                DELTA_EXTENSION,
+            )
+        )
+    return connectors
+
+
+def packages(settings: Settings) -> str:
+    """The value for spark-submit --packages (empty when nothing is needed)."""
+    return ",".join(connector.coordinate for connector in required_connectors(settings))
+
+
+def missing_connectors(spark: SparkSession, connectors: list[Connector]) -> list[Connector]:
+    """The connectors whose classes Spark's class loader cannot find (the one data sources are looked up in)."""
+    utils = spark._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
+    return [connector for connector in connectors if not utils.classIsLoadable(connector.probe_class)]
+
+
+def require_connectors(spark: SparkSession, settings: Settings) -> None:
+    """Raise ConnectorError naming each missing connector and the --packages that brings it."""
+    missing = missing_connectors(spark, required_connectors(settings, spark.version))
+    if missing:
+        names = ", ".join(f"{c.needed_for} needs {c.probe_class}" for c in missing)
+        coordinates = ",".join(c.coordinate for c in missing)
+        raise ConnectorError(
+            f"{names}, which is not on Spark's classpath. Start the job with"
+            f" `spark-submit --packages {coordinates} main.py` (make submit does), or run it with python and"
+            " spark.fetch_packages true on a machine that can reach Maven Central; without Maven access,"
+            " download the JARs with their dependencies and list them in spark.conf as spark.jars"
+        )
+
+
+def fetch_failed(coordinates: str) -> ConnectorError:
+    return ConnectorError(
+        f"Spark could not start: fetching --packages {coordinates} from Maven failed (see the Ivy lines above)."
+        " Check access to Maven Central (or your mirror in spark.jars.repositories), or set"
+        " spark.fetch_packages false and list local JARs in spark.conf as spark.jars"
+    )

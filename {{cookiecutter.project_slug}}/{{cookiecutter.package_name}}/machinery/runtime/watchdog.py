@@ -1,0 +1,74 @@
+"""The state-size watchdog: each batch's measured state against the sizing of settings.yaml.
+
+Two warnings, each given once per run: the state rows passed the estimate by the configured factor
+(the sizing was too low: recheck it, and whether state still fits the provider), and HDFS-backed
+state per partition nears the 1 GiB where the JVM heap starts to hurt. The second is loud, because
+the provider is pinned into the checkpoint: moving to RocksDB needs a new checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..figures import human_bytes
+from ..sizing.capacity import Estimate
+
+
+@dataclass(frozen=True)
+class StateWarning:
+    kind: str  # "rows_over_estimate" or "hdfs_memory"
+    loud: bool
+    message: str
+
+
+class StateWatchdog:
+    def __init__(self, estimate: Estimate, provider: str, factor: float, hdfs_share: float) -> None:
+        self._estimate = estimate
+        self._provider = provider
+        self._factor = factor
+        self._hdfs_share = hdfs_share
+        self._given: set[str] = set()
+
+    def check(self, progress: dict[str, Any]) -> list[StateWarning]:
+        """The warnings this batch's progress newly crosses (each kind at most once per run)."""
+        operators = progress.get("stateOperators") or []
+        if not operators:
+            return []
+        rows = sum(operator.get("numRowsTotal", 0) for operator in operators)
+        memory = sum(operator.get("memoryUsedBytes", 0) for operator in operators)
+        partitions = max(operator.get("numShufflePartitions") or 0 for operator in operators) or 1
+        found = []
+        limit = self._estimate.rows * self._factor
+        if rows > limit and "rows_over_estimate" not in self._given:
+            found.append(
+                StateWarning(
+                    "rows_over_estimate",
+                    False,
+                    f"state watchdog: batch {progress['batchId']} holds {rows:,} state rows,"
+                    f" {rows / max(self._estimate.rows, 1):.1f}x the estimate of {self._estimate.rows:,}"
+                    f" (warning at {self._factor:g}x, monitoring.state_warning_factor). Recheck the capacity"
+                    " section of settings.yaml (`estimate` redoes the sizing; `inspect` shows the state per"
+                    " partition), and whether the state still fits the provider.",
+                )
+            )
+        per_partition = memory / partitions
+        alarm = self._estimate.threshold_bytes * self._hdfs_share
+        if self._provider == "hdfs" and per_partition > alarm and "hdfs_memory" not in self._given:
+            found.append(
+                StateWarning(
+                    "hdfs_memory",
+                    True,
+                    f"STATE WATCHDOG: batch {progress['batchId']}: the HDFS-backed state holds"
+                    f" {human_bytes(int(per_partition))} of JVM heap per partition on average"
+                    f" ({human_bytes(memory)} over {partitions} partitions; skewed partitions hold more),"
+                    f" past {self._hdfs_share * 100:g}% of the {human_bytes(self._estimate.threshold_bytes)} per"
+                    " partition where heap-held state brings long GC pauses and out-of-memory failures."
+                    " The provider cannot be switched on this checkpoint: Spark pinned it at the first run"
+                    " and ignores a new one. To move to RocksDB, set state_store.provider to rocksdb with a"
+                    " new query.checkpoint_location and reprocess the input; until then, give the executors"
+                    " more memory.",
+                )
+            )
+        self._given.update(warning.kind for warning in found)
+        return found

@@ -1,0 +1,183 @@
+"""Loading settings: settings.yaml under environment overrides, paths made absolute, errors one line per field."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from pydantic_settings import InitSettingsSource
+
+from ..contract import QUERY_MODULE, operator_name
+from .model import ENV_PREFIX, Settings, SettingsError, SourceSettings, nearest_existing_folder, unset_secrets
+
+DEFAULT_SETTINGS_FILE = Path("settings.yaml")
+__all__ = ["DEFAULT_SETTINGS_FILE", "load_settings", "nearest_existing_folder", "unset_secrets"]
+
+
+def load_settings(path: Path | str = DEFAULT_SETTINGS_FILE, **overrides: Any) -> Settings:
+    """Read, merge and validate the settings, with relative paths made absolute against the file."""
+    path = Path(path)
+    data = _read_yaml_mapping(path)
+    misplaced = _operator_set_outside_code(data)
+    query = data.get("query")
+    if isinstance(query, dict):
+        # The operator is the code's: the query module declares it, and the state follows the code.
+        query.setdefault("operator", operator_name())
+
+    class FromFile(Settings):
+        @classmethod
+        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, **_unused):
+            return init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=data)
+
+    unknown = misplaced + _unknown_environment_names()
+    try:
+        settings = FromFile(**overrides)
+    except ValidationError as error:
+        raise SettingsError(unknown + describe_errors(error, path)) from None
+    if unknown:
+        raise SettingsError(unknown)
+    return _resolve_paths(settings, path.resolve().parent)
+
+
+def _operator_set_outside_code(data: dict[str, Any]) -> list[str]:
+    """query.operator in the file or the environment: refused, since the query module decides it."""
+    where = []
+    if isinstance(data.get("query"), dict) and "operator" in data["query"]:
+        where.append("settings.yaml key query.operator")
+    variable = f"{ENV_PREFIX}QUERY__OPERATOR"
+    if any(name.upper() == variable for name in os.environ):
+        where.append(f"environment variable {variable}")
+    return [
+        f"{place}: the operator is set by the code, OPERATOR = {operator_name()!r} in {QUERY_MODULE};"
+        " remove it here (to run another operator, change the query and start a new checkpoint)"
+        for place in where
+    ]
+
+
+def _unknown_environment_names() -> list[str]:
+    """Overrides naming no section: pydantic-settings would ignore them, and a typo would go unseen."""
+    sections = list(Settings.model_fields)
+    lines = []
+    for name in sorted(os.environ):
+        if not name.upper().startswith(ENV_PREFIX):
+            continue
+        section = name[len(ENV_PREFIX) :].split("__")[0].lower()
+        if section not in sections:
+            close = difflib.get_close_matches(section, sections, n=1)
+            hint = f" (did you mean {ENV_PREFIX}{close[0].upper()}__...?)" if close else ""
+            lines.append(
+                f"environment variable {name}: names no settings section{hint}; the sections are"
+                f" {', '.join(sections)}; fix the name or unset it"
+            )
+    return lines
+
+
+def _read_yaml_mapping(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise SettingsError([f"settings file {path}: not found (or not a file); pass --settings PATH"])
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise SettingsError([f"settings file {path}: not valid YAML{line}: {problem}"]) from None
+    except UnicodeDecodeError:
+        raise SettingsError([f"settings file {path}: not UTF-8 text"]) from None
+    if data is None:
+        raise SettingsError([f"settings file {path}: empty; copy the settings.yaml the project was generated with"])
+    if not isinstance(data, dict):
+        raise SettingsError([f"settings file {path}: expected a mapping of sections, got {type(data).__name__}"])
+    return data
+
+
+def _resolve_paths(settings: Settings, base: Path) -> Settings:
+    def absolute(location: str) -> str:
+        if "://" in location or Path(location).is_absolute():
+            return location
+        return str((base / location).resolve())
+
+    checkpoint = absolute(settings.query.checkpoint_location)
+    if "://" not in checkpoint and Path(checkpoint).exists() and not Path(checkpoint).is_dir():
+        raise SettingsError(
+            [
+                f"query.checkpoint_location = {checkpoint!r}: is a file, not a directory;"
+                " point it at a directory (a new one starts a new query)"
+            ]
+        )
+    query = settings.query.model_copy(update={"checkpoint_location": checkpoint})
+    sink = settings.sink.model_copy(update={"path": absolute(settings.sink.path)})
+    inputs = {section: _resolve_input(section, source, absolute) for section, source in settings.inputs.items()}
+    return settings.model_copy(update={"query": query, "sink": sink, **inputs})
+
+
+def _resolve_input(section: str, source: SourceSettings, absolute) -> SourceSettings:
+    files = source.files
+    archive = None if files.archive_dir is None else absolute(files.archive_dir)
+    files = files.model_copy(update={"path": absolute(files.path), "archive_dir": archive})
+    if archive and "://" not in archive and Path(archive).is_relative_to(files.path):
+        raise SettingsError(
+            [
+                f"{section}.files.archive_dir = {archive!r}: is inside {section}.files.path {files.path!r}, where"
+                " the source would read its own archive; choose a directory outside it"
+            ]
+        )
+    return source.model_copy(update={"files": files})
+
+
+def describe_errors(error: ValidationError, path: Path) -> list[str]:
+    """One line per bad field: where it came from, the value, what is wrong and what is expected."""
+    lines = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "settings"
+        origin = _origin(item["loc"], path)
+        if isinstance(item["input"], dict) and item["type"] == "value_error":
+            # A check across the keys of a section: its message names the keys and values.
+            lines.append(f"{field}: {item['msg'].removeprefix('Value error, ')} ({origin})")
+        elif item["type"] == "extra_forbidden":
+            lines.append(f"{field}: unknown key{_did_you_mean(item['loc'])} ({origin}); remove it")
+        elif item["type"] == "missing":
+            expected = _expected(item["loc"]) or "see the settings.yaml the project was generated with"
+            lines.append(f"{field}: missing ({origin}); add it: {expected}")
+        else:
+            message = item["msg"].removeprefix("Value error, ")
+            expected = _expected(item["loc"])
+            hint = f"; expected {expected}" if expected else ""
+            lines.append(f"{field} = {item['input']!r}: {message} ({origin}){hint}")
+    return lines
+
+
+def _origin(loc: tuple[Any, ...], path: Path) -> str:
+    variable = ENV_PREFIX + "__".join(str(part) for part in loc).upper()
+    if any(name.upper() == variable for name in os.environ):
+        return f"from environment variable {variable}"
+    return f"in {path}"
+
+
+def _field_at(loc: tuple[Any, ...]):
+    model: Any = Settings
+    field = None
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        field = fields[part]
+        model = field.annotation
+    return field
+
+
+def _expected(loc: tuple[Any, ...]) -> str:
+    field = _field_at(loc)
+    return (field.description or "") if field else ""
+
+
+def _did_you_mean(loc: tuple[Any, ...]) -> str:
+    parent = _field_at(loc[:-1]) if len(loc) > 1 else None
+    model = parent.annotation if parent else Settings
+    names = list(getattr(model, "model_fields", {}))
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""

@@ -1,0 +1,231 @@
+"""State store sizing: the napkin math that picks the provider.
+
+The headline is the seed rule, rows = watermark x input rate. Each operator then counts its own
+rows (operators.py); bytes = rows x bytes per row; per partition = bytes / partitions; projected =
+per partition x growth factor. At or above 1 GiB per partition: RocksDB.
+
+Standard library only: the template's post-generation hook imports it from the freshly generated
+project, under cookiecutter's Python, so the estimate exists once. Each operator's formula is in
+operators.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..durations import named_duration
+from ..figures import human_bytes, num, require_positive
+from ..operators import operator as find_operator
+
+GIB = 1024**3
+ROCKSDB_THRESHOLD_BYTES = GIB
+# Below the threshold but within this share of it, the report warns that growth may cross it.
+NEAR_THRESHOLD_SHARE = 0.25
+ASSUMED_BYTES_PER_ROW = (
+    "state_bytes_per_row as given, an assumption: `estimate --calibrate` measures it for this query and provider"
+)
+
+# The operator-specific inputs, their defaults, and the setting each comes from.
+SHAPE_DEFAULTS = {
+    "window": "1 minute",
+    "key_cardinality": None,  # unknown: every event may be a new key (the upper bound)
+    "join_input_rows_per_second": None,  # unknown: the same as the input rate
+    "join_range": "15 minutes",
+    "session_timeout": "30 minutes",
+}
+UNSET_MEANS = {
+    "key_cardinality": "unknown, so every event is taken as a new key (the upper bound; set it for a tighter figure)",
+    "join_input_rows_per_second": "not set, so the input rate is used",
+}
+SHAPE_SETTINGS = {
+    "window": "query.window",
+    "key_cardinality": "capacity.key_cardinality",
+    "join_input_rows_per_second": "capacity.join_input_rows_per_second",
+    "join_range": "query.join.range",
+    "session_timeout": "query.custom_state.session_timeout",
+}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The sizing inputs and what they imply for one query."""
+
+    operator: str
+    formula: str
+    input_rows_per_second: float
+    watermark: str
+    watermark_seconds: float
+    # The seed rule, watermark x rate: the headline, and exact for deduplication.
+    headline_rows: int
+    # The operator's own formula with its figures, and the inputs it used.
+    rows_working: str
+    shape: dict[str, object]
+    state_bytes_per_row: int
+    # Where state_bytes_per_row comes from: a guess until `estimate --calibrate` measures it.
+    bytes_per_row_source: str
+    shuffle_partitions: int
+    growth_factor: float
+    rows: int
+    total_bytes: int
+    bytes_per_partition: int
+    projected_bytes_per_partition: int
+    threshold_bytes: int
+    recommended_provider: str
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def estimate(
+    input_rows_per_second: float,
+    watermark: str,
+    state_bytes_per_row: int,
+    shuffle_partitions: int,
+    growth_factor: float = 1.0,
+    operator: str = "windowed_aggregation",
+    bytes_per_row_source: str = ASSUMED_BYTES_PER_ROW,
+    **shape: object,
+) -> Estimate:
+    """Napkin math for the state a watermarked query keeps; see the module docstring.
+
+    `shape` takes the operator's own inputs (SHAPE_DEFAULTS names them); None means the default.
+    """
+    op = find_operator(operator)
+    unknown = sorted(set(shape) - set(SHAPE_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown sizing input {unknown[0]!r}; use {', '.join(SHAPE_DEFAULTS)}")
+    require_positive("input_rows_per_second", input_rows_per_second)
+    require_positive("state_bytes_per_row", state_bytes_per_row)
+    require_positive("shuffle_partitions", shuffle_partitions)
+    if growth_factor < 1:
+        raise ValueError(f"growth_factor must be 1 or more (state does not shrink), got {growth_factor}")
+    seconds = named_duration("watermark", watermark)
+    inputs = {name: SHAPE_DEFAULTS[name] if shape.get(name) is None else shape[name] for name in op.sizing_inputs}
+    rows, working = op.rows(input_rows_per_second, seconds, **inputs)
+    total_bytes = rows * state_bytes_per_row
+    per_partition = total_bytes // shuffle_partitions
+    projected = round(per_partition * growth_factor)
+    provider = "rocksdb" if projected >= ROCKSDB_THRESHOLD_BYTES else "hdfs"
+    return Estimate(
+        operator=operator,
+        formula=op.formula,
+        input_rows_per_second=input_rows_per_second,
+        watermark=watermark,
+        watermark_seconds=seconds,
+        headline_rows=round(seconds * input_rows_per_second),
+        rows_working=working,
+        shape=inputs,
+        state_bytes_per_row=state_bytes_per_row,
+        bytes_per_row_source=bytes_per_row_source,
+        shuffle_partitions=shuffle_partitions,
+        growth_factor=growth_factor,
+        rows=rows,
+        total_bytes=total_bytes,
+        bytes_per_partition=per_partition,
+        projected_bytes_per_partition=projected,
+        threshold_bytes=ROCKSDB_THRESHOLD_BYTES,
+        recommended_provider=provider,
+    )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The provider and changelog setting a project gets, and why."""
+
+    provider: str
+    changelog_checkpointing: bool
+    against_recommendation: bool
+    notes: tuple[str, ...]
+
+
+def decide(requested_provider: str, changelog_checkpointing: bool, sizing: Estimate) -> Decision:
+    """Resolve `auto`, honour an explicit choice, and drop changelog where it cannot apply."""
+    if requested_provider not in ("auto", "hdfs", "rocksdb"):
+        raise ValueError(f"provider must be auto, hdfs or rocksdb, got {requested_provider!r}")
+    recommended = sizing.recommended_provider
+    notes = []
+    only_rocksdb = find_operator(sizing.operator).rocksdb_only
+    if only_rocksdb:
+        if requested_provider == "hdfs":
+            raise ValueError(
+                f"{sizing.operator} needs the rocksdb state store ({only_rocksdb});"
+                " answer rocksdb or auto for state_store_provider"
+            )
+        if recommended == "hdfs":
+            notes.append(f"rocksdb although the sizing says hdfs: {only_rocksdb}.")
+        recommended = "rocksdb"
+    provider = recommended if requested_provider == "auto" else requested_provider
+    against = provider != recommended
+    if against:
+        notes.append(
+            f"WARNING: you chose {provider} but the sizing recommends {recommended} "
+            f"({human_bytes(sizing.projected_bytes_per_partition)} per partition against a "
+            f"{human_bytes(sizing.threshold_bytes)} threshold). Your choice is kept; check it "
+            "before the first run, because the provider cannot be changed once the checkpoint exists."
+        )
+    changelog = changelog_checkpointing
+    if changelog and provider == "hdfs":
+        changelog = False
+        notes.append(
+            "changelog checkpointing is written as off: it is a RocksDB feature and the "
+            "HDFS-backed store always writes its own delta files."
+        )
+    return Decision(provider, changelog, against, tuple(notes))
+
+
+def report(sizing: Estimate, decision: Decision | None = None) -> str:
+    """The sizing report: every step of the napkin math, the recommendation and its reasons."""
+    e = sizing
+    share = e.projected_bytes_per_partition / e.threshold_bytes
+    lines = [
+        "State store sizing (napkin math)",
+        f"  operator       = {e.operator}: {e.formula}",
+        f"  headline       = watermark {e.watermark} ({num(e.watermark_seconds)} s)"
+        f" x {num(e.input_rows_per_second)} rows/s = {num(e.headline_rows)} rows (state kept for the watermark)",
+        f"  state rows     = {e.rows_working}",
+        f"  inputs         = {_inputs(e)}",
+        f"  bytes per row  = {num(e.state_bytes_per_row)} B: {e.bytes_per_row_source}",
+        f"  state bytes    = {num(e.rows)} rows x {num(e.state_bytes_per_row)} B"
+        f" = {num(e.total_bytes)} B ({human_bytes(e.total_bytes)})",
+        f"  per partition  = {num(e.total_bytes)} B / {num(e.shuffle_partitions)} partitions"
+        f" = {num(e.bytes_per_partition)} B ({human_bytes(e.bytes_per_partition)})",
+        f"  with growth    = x{num(e.growth_factor)} = {num(e.projected_bytes_per_partition)} B"
+        f" per partition ({share:.1%} of the {human_bytes(e.threshold_bytes)} threshold)",
+        f"  recommendation = {e.recommended_provider}: {_reason(e, share)}",
+    ]
+    if decision is not None:
+        changelog = "on" if decision.changelog_checkpointing else "off"
+        lines.append(f"  chosen         = {decision.provider}, changelog checkpointing {changelog}")
+        lines.extend(f"  {note}" for note in decision.notes)
+    lines.append(
+        "  Note: the provider and the number of shuffle partitions are pinned into the checkpoint"
+        " at the first run; Spark ignores later changes to either. Changing them means a new"
+        " checkpoint and reprocessing."
+    )
+    return "\n".join(lines)
+
+
+def _inputs(e: Estimate) -> str:
+    """The operator's own inputs, where each is set, and which are still guesses."""
+    if not e.shape:
+        return "watermark and rate only"
+    parts = []
+    for name, value in e.shape.items():
+        shown = UNSET_MEANS[name] if value is None else num(value) if isinstance(value, (int, float)) else value
+        parts.append(f"{name} {shown} ({SHAPE_SETTINGS[name]})")
+    return "; ".join(parts)
+
+
+def _reason(e: Estimate, share: float) -> str:
+    if e.recommended_provider == "rocksdb":
+        return (
+            "at or above 1 GiB per partition, state held in the JVM heap brings long GC pauses and"
+            " out-of-memory failures; RocksDB keeps it in native memory and on local disk."
+        )
+    reason = "below 1 GiB per partition the HDFS-backed store keeps all state in JVM memory without GC trouble, and it is the fastest per row."
+    if share >= NEAR_THRESHOLD_SHARE:
+        reason += (
+            " It is within 4x of the threshold: if the rate or key space may grow, choose rocksdb"
+            " now, since the provider cannot be switched later."
+        )
+    return reason

@@ -1,0 +1,1 @@
+"""Tools around the job: bench, packaging for spark-submit, the effective configuration."""

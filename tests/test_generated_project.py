@@ -1,10 +1,12 @@
-"""Run the generated project's own gates (ruff and its pytest) inside real bakes, one per operator.
+"""Run the generated project's own gates (ruff, mypy and its pytest) inside real bakes, one per operator.
 
 What a user's `make test` runs: their query's tests. The machinery's proofs run in
 tests/test_machinery.py.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -43,6 +45,9 @@ def test_generated_tests_and_lint_pass(out, answers):
     assert lint.returncode == 0, lint.stdout + lint.stderr
     formatted = run_in(project, "-m", "ruff", "format", "--check", ".")
     assert formatted.returncode == 0, formatted.stdout + formatted.stderr
+    package = json.loads((project / ".cookiecutter.json").read_text())["package_name"]
+    types = run_in(project, "-m", "mypy", package)
+    assert types.returncode == 0, types.stdout + types.stderr
     tests = run_in(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", timeout=900)
     assert tests.returncode == 0, tests.stdout[-5000:] + tests.stderr[-3000:]
     assert " passed" in tests.stdout and "failed" not in tests.stdout and "skipped" not in tests.stdout

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from stream_job.machinery.checkpoint.inspection import TIMERS, inspect_checkpoint
+from stream_job.machinery.checkpoint.inspection import TIMERS, checkpoint_facts, inspect_checkpoint
 from stream_job.machinery.durations import parse_duration
 from stream_job.machinery.operators import OPERATORS
 from stream_job.machinery.runtime.job import run_query
@@ -103,7 +103,7 @@ def test_inspect_counts_match_spark_reader_progress_and_input(spark, runs, opera
     checkpoint = settings.query.checkpoint_location
     last = progress[-1]
 
-    inspection = inspect_checkpoint(spark, checkpoint)
+    inspection = inspect_checkpoint(spark, checkpoint, checkpoint_facts(checkpoint))
 
     assert (inspection.provider, inspection.batch_id) == (provider, last["batchId"])
     (state,) = inspection.operators

@@ -12,7 +12,7 @@ value state, and an event-time timer closes it:
 
 Spark refuses a state TTL in event-time mode (STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL):
 TTLs count processing time, which a replay would not reproduce. The event-time timer is the bound
-here; README explains the processing-time variant with a TTL. The session logic is plain Python
+here; docs/state.md explains the processing-time variant with a TTL. The session logic is plain Python
 (`advance`), so it is tested without Spark and gives the batch reference the streaming tests use.
 """
 
@@ -93,6 +93,7 @@ class SessionProcessor(StatefulProcessor):
             return
         session = Session(*self._stored()) if self.state.exists() else None
         closed, session = advance(session, events, self.timeout, self.recent)
+        assert session is not None  # events is not empty: one of them opened a session or joined it
         for timer in self.handle.listTimers():
             self.handle.deleteTimer(timer)
         self.state.update((session.session_start, session.session_end, session.visits, list(session.recent_event_ids)))
@@ -107,7 +108,9 @@ class SessionProcessor(StatefulProcessor):
             yield pd.DataFrame([session.row(key[0])])
 
     def _stored(self) -> tuple:
-        start, end, visits, recent = self.state.get()
+        stored = self.state.get()
+        assert stored is not None  # called only when self.state.exists()
+        start, end, visits, recent = stored
         return _naive(start), _naive(end), int(visits), tuple(recent)
 
     def close(self) -> None:

@@ -136,9 +136,12 @@ class Inspection:
         }
 
 
-def inspect_checkpoint(spark: SparkSession, location: str, batch_id: int | None = None) -> Inspection:
-    """Read every operator's state as of `batch_id` (default: the last committed batch)."""
-    last_committed, provider = checkpoint_facts(location, batch_id)
+def inspect_checkpoint(
+    spark: SparkSession, location: str, facts: tuple[int | None, str], batch_id: int | None = None
+) -> Inspection:
+    """Read every operator's state as of `batch_id` (default: the last committed batch); `facts` are
+    checkpoint_facts(location, batch_id), read before Spark started."""
+    last_committed, provider = facts
     local = _local_path(location)
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
@@ -265,7 +268,7 @@ def render(inspection: Inspection) -> str:
                 f"  {store.store:<28}{store.rows:>12,}{min(per):>15,}{mean:>12,.1f}{max(per):>12,}{skew:>8}{note}"
             )
         lines.append(f"  state rows: {operator.rows:,}")
-        if operator.disk_bytes is not None:
+        if operator.disk_bytes is not None and operator.disk_bytes_per_partition is not None:
             lines.append(
                 f"  on disk: {operator.disk_bytes:,} B ({capacity.human_bytes(operator.disk_bytes)}) in all kept"
                 f" versions, largest partition {max(operator.disk_bytes_per_partition):,} B"

@@ -82,7 +82,9 @@ class KeyRecord:
     API, so that it works wherever Spark can write the checkpoint (local, HDFS, S3, ABFS)."""
 
     def __init__(self, spark: SparkSession, checkpoint: str) -> None:
-        self._jvm = jvm = spark.sparkContext._jvm
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None  # set by the first SparkContext of the process
+        self._jvm = jvm
         self.location = checkpoint.rstrip("/") + "/" + RECORD_NAME
         self._path = jvm.org.apache.hadoop.fs.Path(self.location)
         self._fs = self._path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())

@@ -47,10 +47,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     settings = None if args.checkpoint else load_settings(args.settings or DEFAULT_SETTINGS_FILE)
-    location = args.checkpoint or settings.query.checkpoint_location
+    location = args.checkpoint if settings is None else settings.query.checkpoint_location
     from ..checkpoint.inspection import READER_CONFS, checkpoint_facts, inspect_checkpoint, render
 
-    checkpoint_facts(location, args.batch_id)  # what can be checked before Spark starts
+    facts = checkpoint_facts(location, args.batch_id)  # what can be checked before Spark starts
     from ..runtime.session import local_session, secret_confs
 
     # The user's own confs may carry what a cloud checkpoint needs (credentials, file systems).
@@ -59,7 +59,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         confs.update(secret_confs(settings))
     spark = local_session("inspect-state", {**confs, **READER_CONFS})
     try:
-        inspection = inspect_checkpoint(spark, location, args.batch_id)
+        inspection = inspect_checkpoint(spark, location, facts, args.batch_id)
     finally:
         spark.stop()
     if settings is not None:

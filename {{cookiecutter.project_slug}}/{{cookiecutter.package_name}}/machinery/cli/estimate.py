@@ -96,6 +96,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     }
     calibration = None
     if args.calibrate:
+        assert settings is not None  # needs_settings
         if args.operator not in (None, settings.query.operator):
             print(
                 f"estimate error: --calibrate measures the query of the settings ({settings.query.operator});"
@@ -122,6 +123,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if settings is None and (args.check or args.executors is not None or args.executor_memory is not None):
         settings = load_settings(args.settings)
     if args.check:
+        assert settings is not None  # loaded just above
         return sizing_check(settings, sizing)
     try:
         cluster = (
@@ -190,7 +192,7 @@ def sizing_check(settings: Settings, sizing: capacity.Estimate) -> int:
         print(
             f"sizing check failed: state_store.provider is hdfs but the sizing of settings.yaml needs rocksdb"
             f" ({per_partition} per partition); before the first run set provider: rocksdb, or lower the"
-            " capacity figures if they are wrong (a checkpoint that exists keeps its provider: see README)",
+            " capacity figures if they are wrong (a checkpoint that exists keeps its provider: see docs/state.md)",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT

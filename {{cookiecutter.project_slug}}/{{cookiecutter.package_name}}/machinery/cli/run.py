@@ -29,8 +29,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     problems = settings.problems_before_run()
     if problems:
         raise SettingsError(problems)
-    # With JSON progress lines, stdout carries the events only; remarks go to stderr.
-    remarks_to = sys.stderr if settings.monitoring.progress_format == "json" else sys.stdout
+    remarks_to = settings.monitoring.remarks_to(sys.stdout)
     if not guard_passes(check_checkpoint(settings), remarks_to):
         return EXIT_CHECKPOINT_DRIFT
     if settings.sink.delta_writer == "deltalake":
@@ -75,7 +74,7 @@ def guard_passes(report: GuardReport, notes_to: TextIO | None = None) -> bool:
     return report.consistent
 
 
-def startup_line(settings: Settings, spark_version: str, master: str) -> str:
+def startup_line(settings: Settings, spark_version: str, master: str | None) -> str:
     store = settings.state_store
     changelog = " with changelog checkpointing" if store.changelog_checkpointing else ""
     writer = f" ({settings.sink.delta_writer})" if settings.sink.delta_writer else ""

@@ -6,7 +6,9 @@ import signal
 import sys
 import threading
 import time
-from typing import TextIO
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, TextIO
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
@@ -22,6 +24,8 @@ from .progress import ProgressPrinter
 from .watchdog import StateWatchdog
 
 POLL_SECONDS = 0.2
+# What signal.signal installs and returns: a function, SIG_DFL or SIG_IGN, or None (not set from Python).
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
@@ -54,7 +58,8 @@ def terminated(query: StreamingQuery, stopping: bool, remarks_to: TextIO) -> boo
     batch fails again at the next start.
     """
     try:
-        return query.awaitTermination(POLL_SECONDS)
+        # pyspark takes a float timeout (int(timeout * 1000) ms) but annotates it int.
+        return bool(query.awaitTermination(POLL_SECONDS))  # type: ignore[arg-type]
     except StreamingQueryException as error:
         if not stopping:
             raise
@@ -78,7 +83,7 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: str | None = None
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, SignalHandler] = {}
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -115,8 +120,7 @@ def run_query(
     )
     json_lines = monitoring.progress_format == "json"
     printer = ProgressPrinter(progress_to, json_lines=json_lines, watchdog=watchdog)
-    # With JSON lines, the progress stream carries events only; the job's own remarks go to stderr.
-    remarks_to = sys.stderr if json_lines else progress_to
+    remarks_to = monitoring.remarks_to(progress_to)
     spark.streams.addListener(printer)
     try:
         result = build_result(spark, settings)

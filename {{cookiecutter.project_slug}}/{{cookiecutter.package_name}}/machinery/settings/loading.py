@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
-from pydantic_settings import InitSettingsSource
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource
 
 from ..contract import QUERY_MODULE, operator_name
 from .model import ENV_PREFIX, Settings, SettingsError, SourceSettings, nearest_existing_folder, unset_secrets
@@ -30,7 +30,14 @@ def load_settings(path: Path | str = DEFAULT_SETTINGS_FILE, **overrides: Any) ->
 
     class FromFile(Settings):
         @classmethod
-        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, **_unused):
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
             return init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=data)
 
     unknown = misplaced + _unknown_environment_names()

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -18,6 +19,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from ..durations import parse_duration
 from ..operators import NAMES, OPERATORS
 from ..sizing import capacity
+from ..sizing.capacity import Estimate
+
+if TYPE_CHECKING:
+    OperatorName = str  # mypy makes no Literal of a tuple built at run time
+else:
+    OperatorName = Literal[NAMES]  # pydantic does: one of the operators' names
 
 # The package this machinery belongs to names the environment prefix and the default paths.
 PACKAGE = __name__.split(".")[0]
@@ -299,7 +306,7 @@ class CustomStateSettings(Section):
 class QuerySettings(Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", description="letters, digits, '_', '.', '-'")
     # Not read from settings.yaml: the loader fills it in from the query module's OPERATOR.
-    operator: Literal[NAMES] = Field(description=", ".join(NAMES[:-1]) + " or " + NAMES[-1])
+    operator: OperatorName = Field(description=", ".join(NAMES[:-1]) + " or " + NAMES[-1])
     watermark: Duration = Field(description="a Spark interval such as '10 minutes'")
     window: Duration = Field("1 minute", description="a Spark interval such as '1 minute'")
     join: JoinSettings = Field(default_factory=JoinSettings)
@@ -345,6 +352,11 @@ class MonitoringSettings(Section):
     state_warning_factor: float = Field(2.0, gt=1, description="a number greater than 1")
     # Warn loudly when HDFS-backed state per partition passes this share of the 1 GiB RocksDB threshold.
     hdfs_memory_warning_share: float = Field(0.8, gt=0, le=1, description="a share greater than 0 and at most 1")
+
+    def remarks_to(self, progress_to: TextIO) -> TextIO:
+        """Where the job's own remarks go: beside the progress lines, or to stderr when the progress
+        is JSON lines, so that stdout carries the events only."""
+        return sys.stderr if self.progress_format == "json" else progress_to
 
 
 class Settings(BaseSettings):
@@ -422,7 +434,7 @@ class Settings(BaseSettings):
             problems += _write_problems("sink.path", self.sink.path)
         return problems
 
-    def sizing(self, **overrides: Any) -> capacity.Estimate:
+    def sizing(self, **overrides: Any) -> Estimate:
         """The capacity estimate for these settings; overrides (keywords of capacity.estimate, such as
         state_bytes_per_row) replace what the settings say."""
         inputs: dict[str, Any] = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -70,7 +71,7 @@ def state_size(operator_progress: dict[str, Any], provider: str) -> int:
     return int(operator_progress["memoryUsedBytes"])
 
 
-def measure(progress: list[dict[str, Any]], provider: str, events: int) -> Calibration:
+def measure(progress: Sequence[Mapping[str, Any]], provider: str, events: int) -> Calibration:
     """Bytes per row over every batch that held state: the sums, not one batch.
 
     The HDFS-backed store's memoryUsedBytes moves by a third from one batch to the next (it counts

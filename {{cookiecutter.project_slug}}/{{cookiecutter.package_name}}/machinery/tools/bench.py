@@ -162,7 +162,7 @@ def gc_ms_of_batches(event_log: Path, batches: range) -> int | None:
             kind = event.get("Event")
             if kind == "SparkListenerJobStart":
                 batch = batch_of((event.get("Properties") or {}).get("spark.job.description"))
-                if batch in batches:
+                if batch is not None and batch in batches:
                     stages_of_batch.setdefault(batch, set()).update(event["Stage IDs"])
             elif kind == "SparkListenerTaskEnd":
                 gc = (event.get("Task Metrics") or {}).get("JVM GC Time", 0)
@@ -238,6 +238,7 @@ def run_one(
     with open(folder / "job.log", "w") as log:
         process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
         try:
+            assert process.stdout is not None  # stdout=PIPE
             for event in batch_events(process.stdout):
                 events.append(event)
                 batch = event["batch_id"]
@@ -384,7 +385,7 @@ def write_results(
     rows = [asdict(result) for result in results]
     operator = settings.query.operator
     state = input_plan(operator, 1, 1).state
-    about = {
+    about: dict[str, Any] = {
         "operator": operator,
         "state": state,
         "warmup_batches": warmup,

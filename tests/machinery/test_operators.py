@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.streaming, pytest.mark.operator]
 
 
 def only(operator: str) -> pytest.MarkDecorator:
-    return pytest.mark.skipif(BAKED_OPERATOR != operator, reason=f"the {operator} bake runs it")
+    return pytest.mark.skipif(operator != BAKED_OPERATOR, reason=f"the {operator} bake runs it")
 
 
 def land(directory: Path, files: list[list[tuple[str, str, str]]]) -> None:

@@ -99,10 +99,7 @@ def test_a_missing_record_is_made_again_and_said_and_a_damaged_one_is_named(spar
     (tmp_path / "checkpoint" / ".state_key.json.crc").unlink()
     result = build_result(spark, settings)
     note = check_state_key(spark, result, settings.query.checkpoint_location)
-    assert (
-        note
-        == f"{record} was missing (a checkpoint older than this check): recorded {STATE_KEYS[BAKED_OPERATOR]}"
-    )
+    assert note == f"{record} was missing (a checkpoint older than this check): recorded {STATE_KEYS[BAKED_OPERATOR]}"
     assert json.loads(record.read_text()) == {"state_keys": [STATE_KEYS[BAKED_OPERATOR]]}
 
     record.write_text('{"state_keys": "half')  # its checksum file no longer matches: Hadoop refuses it first

@@ -50,7 +50,7 @@ def test_bench_runs_each_configuration_and_size_and_writes_its_files(write_setti
 
     configurations = providers.split(",")
     if operator == "custom_state":
-        assert "bench: hdfs not run: transformWithState runs on RocksDB only in this Spark version" in run.stderr
+        assert "bench: hdfs not run: Spark runs transformWithState only on RocksDB" in run.stderr
         configurations.remove("hdfs")
     results = json.loads((out / "results.json").read_text())["results"]
     assert [(r["configuration"], r["keys"]) for r in results] == [(c, n) for n in sizes for c in configurations]

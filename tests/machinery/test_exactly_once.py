@@ -27,7 +27,7 @@ from .conftest import (
     start_job,
 )
 
-pytestmark = [pytest.mark.streaming, pytest.mark.crash, pytest.mark.operator]
+pytestmark = [pytest.mark.streaming, pytest.mark.crash]
 
 KILL_AFTER_COMMITS = 2
 KILL_DEADLINE_SECONDS = 240
@@ -54,7 +54,12 @@ def kill_mid_batch(process: subprocess.Popen, checkpoint: Path, sent: int = sign
     pytest.fail("the job did not reach a running batch in time")
 
 
-@pytest.mark.parametrize("provider", ["hdfs", "rocksdb"])
+# Every operator's bake crashes its query on RocksDB (the custom_state bake: without changelog); the
+# HDFS-backed store, whose commit path does not depend on the operator, in the default bake.
+PROVIDERS = ["hdfs", pytest.param("rocksdb", marks=pytest.mark.operator)]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("sink", ["parquet", "delta"])
 def test_sigkill_mid_batch_then_restart_loses_and_repeats_nothing(
     spark, make_settings, write_settings, tmp_path, sink, provider

@@ -150,8 +150,8 @@ def test_python_main_py_uses_the_settings_master_and_console_sink(write_settings
     assert last_committed_batch(tmp_path / "checkpoint") >= 1
 
 
-@pytest.mark.operator
-@pytest.mark.parametrize("provider", ["hdfs", "rocksdb"])
+# As for the crash tests: RocksDB in every operator's bake, the HDFS-backed store in the default one.
+@pytest.mark.parametrize("provider", ["hdfs", pytest.param("rocksdb", marks=pytest.mark.operator)])
 @pytest.mark.parametrize("sink", ["parquet", "delta"])
 def test_files_source_replayed_batch_is_written_once(spark, make_settings, tmp_path, sink, provider):
     """A crash after the sink wrote a batch but before Spark committed it: the restart replays the batch.

@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from ..text import first_line
 from .watchdog import StateWatchdog
 
 
@@ -102,7 +103,7 @@ class ProgressPrinter(StreamingQueryListener):
 
     def onQueryTerminated(self, event) -> None:
         name = self._names.get(str(event.id), str(event.id))
-        error = event.exception.splitlines()[0] if event.exception else None
+        error = first_line(event.exception) if event.exception else None
         self._emit(
             f"query {name} stopped" + (f": {error}" if error else ""),
             {"event": "stopped", "query": name, "query_id": str(event.id), "error": error},

@@ -26,6 +26,7 @@ from ..endpoints.sample_input import UNIQUE_KEYS, write_for_settings
 from ..runtime.job import run_query
 from ..runtime.session import apply_confs
 from ..settings import Settings
+from ..text import first_line
 
 # Few partitions, so that fixed per-partition overhead does not count as bytes per row.
 CALIBRATION_PARTITIONS = 2
@@ -149,5 +150,5 @@ def measured_run(
     try:
         query = run_query(spark, trial, progress_to=progress_to)
     except StreamingQueryException as error:
-        raise CalibrationError(f"the calibration run failed: {str(error).splitlines()[0]}") from None
+        raise CalibrationError(f"the calibration run failed: {first_line(str(error))}") from None
     return measure(query.recentProgress, trial.state_store.provider, shape.files * shape.events_per_file)

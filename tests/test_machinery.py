@@ -41,8 +41,8 @@ BAKES = [
 def test_machinery_proofs_pass_in_a_real_bake(out, answers, markers):
     project = bake(out, **answers)
     shutil.copytree(PROOFS, project / "machinery_tests", ignore=shutil.ignore_patterns("__pycache__"))
-    tests = run_in(
-        project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "machinery_tests", "-m", markers, timeout=3000
-    )
+    # -p tests.conftest: the bake's own Spark session fixture serves the proofs too.
+    command = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", "machinery_tests", "-m", markers]
+    tests = run_in(project, *command, timeout=3000)
     assert tests.returncode == 0, tests.stdout[-6000:] + tests.stderr[-3000:]
     assert " passed" in tests.stdout and "failed" not in tests.stdout

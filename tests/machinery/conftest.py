@@ -12,7 +12,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,11 +31,11 @@ PROJECT_DIR = Path(__file__).resolve().parents[1]
 PROJECT_SETTINGS = PROJECT_DIR / "settings.yaml"
 
 
-def run_python(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`python args...` in the project folder, as a real separate process."""
-    return subprocess.run(
-        [sys.executable, *args], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=timeout, env=env
-    )
+def run_python(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path = PROJECT_DIR
+) -> subprocess.CompletedProcess[str]:
+    """`python args...` in the project folder (or cwd, such as a project_copy), as a real separate process."""
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def start_job(settings_path: Path | str, log: TextIO) -> subprocess.Popen:
@@ -252,29 +252,8 @@ def expected_row_count(operator: str, files: int) -> int:
     return sum(matched) + sum(unmatched_emitted)
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    # Python workers (custom_state) run this interpreter, with the packages of this environment.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("stream_job-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(autouse=True)
-def _stop_leftover_streams(request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
-    if "spark" in request.fixturenames:
-        for query in request.getfixturevalue("spark").streams.active:
-            query.stop()
+# The session fixture `spark` (local[2], 2 shuffle partitions, UTC) and the stop of leftover streams
+# are the project's own, from its tests/conftest.py: tests/test_machinery.py loads it as a plugin.
 
 
 @pytest.fixture(autouse=True)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -144,14 +142,7 @@ def test_an_operator_changed_in_the_code_is_refused_and_nothing_is_touched(spark
     path = write_settings_file(tmp_path / "same.yaml", deep_merge(changes, {"join_source": None}))
 
     for command in (["main.py"], ["-m", "stream_job", "check"]):
-        run = subprocess.run(
-            [sys.executable, *command, "--settings", str(path)],
-            cwd=project,
-            capture_output=True,
-            text=True,
-            env=clean_env(),
-            timeout=300,
-        )
+        run = run_python(*command, "--settings", str(path), env=clean_env(), cwd=project)
         assert run.returncode == 4, run.stderr
         assert run.stderr == (
             f"checkpoint error: stream_job.query.OPERATOR is {OTHER_OPERATOR} in the code, but the checkpoint"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ from stream_job.machinery.runtime.job import build_result, run_query
 from stream_job.machinery.runtime.session import apply_confs
 from stream_job.machinery.settings import load_settings
 
-from .conftest import BAKED_OPERATOR, clean_env, digest, files_job, project_copy, write_settings_file
+from .conftest import BAKED_OPERATOR, clean_env, digest, files_job, project_copy, run_python, write_settings_file
 
 pytestmark = pytest.mark.streaming
 
@@ -58,14 +56,7 @@ def test_a_grouping_key_changed_in_the_code_is_refused_and_nothing_is_touched(sp
     project = project_copy(tmp_path, {original: original.replace('"key")', 'F.col("event_id").alias("key"))')})
     before = digest(tmp_path / "checkpoint"), digest(tmp_path / "output")
 
-    run = subprocess.run(
-        [sys.executable, "main.py", "--settings", str(settings_path)],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=300,
-    )
+    run = run_python("main.py", "--settings", str(settings_path), env=clean_env(), cwd=project)
     assert run.returncode == 4, run.stderr
     assert run.stderr.splitlines()[-1] == (
         f"checkpoint error: the state key changed: the state in this checkpoint was written keyed by aggregation by"

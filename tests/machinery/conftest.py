@@ -58,7 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker in (
         "operator: depends on the bake's operator; runs in the bake of every operator",
         "streaming: runs real streaming queries on local Spark",
-        "crash: kills a real job process with SIGKILL and restarts it",
+        "faults: provokes a fault for real: SIGKILL or SIGTERM, a damaged checkpoint, a read-only or full disk",
         "soak: 50 batches of the aggregation, to see that state levels off",
         "cluster: starts a Spark standalone cluster (a master and two workers) on 127.0.0.1",
     ):

@@ -32,7 +32,7 @@ from .conftest import (
     run_cli,
 )
 
-pytestmark = [pytest.mark.streaming, pytest.mark.crash, pytest.mark.cluster]
+pytestmark = [pytest.mark.streaming, pytest.mark.faults, pytest.mark.cluster]
 
 SPARK_HOME = Path(__import__("pyspark").__file__).resolve().parent
 BIN = Path(sys.executable).parent

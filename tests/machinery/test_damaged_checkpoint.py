@@ -23,7 +23,7 @@ from stream_job.machinery.settings import load_settings
 
 from .conftest import batch_expectation, clean_env, digest, files_job, run_python, write_settings_file
 
-pytestmark = pytest.mark.streaming
+pytestmark = [pytest.mark.streaming, pytest.mark.faults]
 
 RECOVERY = "restore the checkpoint from a copy, or set query.checkpoint_location to a new directory"
 

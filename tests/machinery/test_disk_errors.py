@@ -32,7 +32,7 @@ from .conftest import (
     start_job,
 )
 
-pytestmark = pytest.mark.streaming
+pytestmark = [pytest.mark.streaming, pytest.mark.faults]
 AS_ROOT = os.geteuid() == 0
 
 

@@ -27,7 +27,7 @@ from .conftest import (
     start_job,
 )
 
-pytestmark = [pytest.mark.streaming, pytest.mark.crash]
+pytestmark = [pytest.mark.streaming, pytest.mark.faults]
 
 KILL_AFTER_COMMITS = 2
 KILL_DEADLINE_SECONDS = 240

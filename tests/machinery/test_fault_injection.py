@@ -33,7 +33,7 @@ from .conftest import (
 )
 from .test_exactly_once import kill_mid_batch, logged_batches
 
-pytestmark = [pytest.mark.streaming, pytest.mark.crash]
+pytestmark = [pytest.mark.streaming, pytest.mark.faults]
 
 KILL_POINTS = ("mid-batch", "after-commit")
 DEADLINE_SECONDS = 240

@@ -31,19 +31,6 @@ def run_in(project: Path, *args: str, timeout: float = 600) -> subprocess.Comple
     return subprocess.run([sys.executable, *args], cwd=project, capture_output=True, text=True, timeout=timeout)
 
 
-# The slow test modules, longest first: they start first, so that the two CI workers
-# (pytest-xdist, worksteal) finish together instead of one waiting on a long test started last.
-LONGEST_FIRST = ("test_machinery.py", "test_generated_project.py", "test_overhead_benchmark.py")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
-
-    items.sort(key=rank)
-
-
 @pytest.fixture
 def out(tmp_path: Path) -> Path:
     folder = tmp_path / "out"

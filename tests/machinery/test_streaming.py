@@ -178,7 +178,6 @@ def test_files_source_replayed_batch_is_written_once(spark, make_settings, tmp_p
     assertDataFrameEqual(read_output(spark, settings.sink), expected)
 
 
-@pytest.mark.operator
 def test_files_source_archives_committed_files(spark, make_settings, tmp_path):
     changes = files_job(tmp_path, "parquet", ANY_PROVIDER, files=3)
     archive = tmp_path / "archive"
@@ -197,7 +196,6 @@ def test_files_source_archives_committed_files(spark, make_settings, tmp_path):
     assert sorted(path.name for path in (archive / landing.relative_to("/")).iterdir()) == names
 
 
-@pytest.mark.operator
 @pytest.mark.parametrize("file_format", ["csv", "parquet"])
 def test_files_source_reads_csv_and_parquet(spark, make_settings, tmp_path, file_format):
     changes = files_job(tmp_path, "parquet", ANY_PROVIDER, files=3)

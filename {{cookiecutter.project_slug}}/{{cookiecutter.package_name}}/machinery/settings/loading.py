@@ -22,7 +22,7 @@ def load_settings(path: Path | str = DEFAULT_SETTINGS_FILE, **overrides: Any) ->
     """Read, merge and validate the settings, with relative paths made absolute against the file."""
     path = Path(path)
     data = _read_yaml_mapping(path)
-    misplaced = _operator_set_outside_code(data)
+    misplaced = _operator_set_outside_code(data, path)
     query = data.get("query")
     if isinstance(query, dict):
         # The operator is the code's: the query module declares it, and the state follows the code.
@@ -50,11 +50,11 @@ def load_settings(path: Path | str = DEFAULT_SETTINGS_FILE, **overrides: Any) ->
     return _resolve_paths(settings, path.resolve().parent)
 
 
-def _operator_set_outside_code(data: dict[str, Any]) -> list[str]:
+def _operator_set_outside_code(data: dict[str, Any], path: Path) -> list[str]:
     """query.operator in the file or the environment: refused, since the query module decides it."""
     where = []
     if isinstance(data.get("query"), dict) and "operator" in data["query"]:
-        where.append("settings.yaml key query.operator")
+        where.append(f"{path.name} key query.operator")
     variable = f"{ENV_PREFIX}QUERY__OPERATOR"
     if any(name.upper() == variable for name in os.environ):
         where.append(f"environment variable {variable}")

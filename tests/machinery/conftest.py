@@ -60,6 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "streaming: runs real streaming queries on local Spark",
         "faults: provokes a fault for real: SIGKILL or SIGTERM, a damaged checkpoint, a read-only or full disk",
         "soak: 50 batches of the aggregation, to see that state levels off",
+        "secondary: a proof another test makes more strictly (the test says which); CI leaves it out, make test-all runs it",
         "cluster: starts a Spark standalone cluster (a master and two workers) on 127.0.0.1",
     ):
         config.addinivalue_line("markers", marker)

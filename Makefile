@@ -27,10 +27,10 @@ demo: setup check-java ## bake with the default answers, run the job for a few b
 	$(MAKE) -C $(DEMO_DIR)/stream-job demo VENV=$(CURDIR)/$(VENV)
 
 test: setup check-java ## run all tests: bakes, bad answers, and the generated projects' own tests and ruff
-	$(BIN)/python -m pytest -n 2 --dist worksteal
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 test-all: setup check-java ## make test plus the secondary proofs that CI leaves out (about 5 minutes more)
-	TEST_ALL=1 $(BIN)/python -m pytest -n 2 --dist worksteal
+	TEST_ALL=1 $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 test-fast: setup ## the tests that run no generated test suite
 	$(BIN)/python -m pytest -m "not slow"

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from .conftest import bake, run_in
+from .conftest import CI_WORKER_1, bake, run_in
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, CI_WORKER_1]
 
 REPRESENTATIVE = [
     pytest.param({}, id="defaults:operator:windowed_aggregation-provider:hdfs-source:rate-sink:parquet"),

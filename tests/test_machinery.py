@@ -22,23 +22,27 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import bake, run_in
+from .conftest import CI_WORKER_1, CI_WORKER_2, bake, run_in
 
 pytestmark = pytest.mark.slow
 
 PROOFS = Path(__file__).resolve().parent / "machinery"
 EVERYTHING = "not cluster" if os.environ.get("TEST_ALL") else "not cluster and not secondary"
 BAKES = [
-    pytest.param({}, EVERYTHING, id="windowed_aggregation:everything-but-the-cluster"),
-    pytest.param({"stateful_operator": "deduplication"}, "operator", id="deduplication:operator"),
+    pytest.param({}, EVERYTHING, marks=CI_WORKER_1, id="windowed_aggregation:everything-but-the-cluster"),
+    pytest.param({"stateful_operator": "deduplication"}, "operator", marks=CI_WORKER_2, id="deduplication:operator"),
     pytest.param(
         {"stateful_operator": "stream_stream_join", "state_store_provider": "rocksdb"},
         "operator or cluster",
+        marks=CI_WORKER_2,
         id="stream_stream_join:operator-and-cluster",
     ),
     # RocksDB without changelog checkpointing: the store the other bakes do not crash.
     pytest.param(
-        {"stateful_operator": "custom_state", "changelog_checkpointing": False}, "operator", id="custom_state:operator"
+        {"stateful_operator": "custom_state", "changelog_checkpointing": False},
+        "operator",
+        marks=CI_WORKER_2,
+        id="custom_state:operator",
     ),
 ]
 

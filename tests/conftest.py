@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,9 @@ CI_WORKER_1 = pytest.mark.xdist_group("ci-worker-1")
 CI_WORKER_2 = pytest.mark.xdist_group("ci-worker-2")
 
 
-def bake(output_dir: Path, **answers: Any) -> Path:
-    """Generate a project with default answers overridden by `answers`; return its folder."""
+def bake(output_dir: Path, *, overwrite: bool = False, skip_existing: bool = False, **answers: Any) -> Path:
+    """Generate a project with default answers overridden by `answers`; return its folder.
+    overwrite and skip_existing are cookiecutter's -f and -s."""
     return Path(
         cookiecutter(
             str(TEMPLATE),
@@ -30,8 +32,15 @@ def bake(output_dir: Path, **answers: Any) -> Path:
             extra_context=answers,
             output_dir=str(output_dir),
             default_config=True,
+            overwrite_if_exists=overwrite,
+            skip_if_file_exists=skip_existing,
         )
     )
+
+
+def recorded_answers(project: Path) -> dict[str, Any]:
+    """The answers a project records in .cookiecutter.json (cookiecutter's replay form)."""
+    return json.loads((project / ".cookiecutter.json").read_text(encoding="utf-8"))["cookiecutter"]
 
 
 def run_in(project: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

@@ -7,30 +7,42 @@ from cookiecutter.exceptions import FailedHookException, UndefinedVariableInTemp
 
 from .conftest import bake
 
+SHADOWS_STDLIB = "would shadow the standard library's module"
+SHADOWS_DEPENDENCY = "would shadow the module {!r} of a package the project depends on"
 BAD_ANSWERS = [
     ({"package_name": "2fast"}, "package_name '2fast' is not a valid Python package name"),
     ({"package_name": "class"}, "package_name 'class' is not a valid Python package name"),
     ({"package_name": "my-job"}, "package_name 'my-job' is not a valid Python package name"),
-    ({"package_name": "pyspark"}, "package_name 'pyspark' would shadow a module the job imports"),
+    ({"package_name": "json"}, f"package_name 'json' {SHADOWS_STDLIB} 'json'"),
+    ({"package_name": "logging"}, f"package_name 'logging' {SHADOWS_STDLIB} 'logging'"),
+    ({"package_name": "sys"}, f"package_name 'sys' {SHADOWS_STDLIB} 'sys'"),
+    ({"package_name": "pyspark"}, "package_name 'pyspark' " + SHADOWS_DEPENDENCY.format("pyspark")),
+    ({"package_name": "deltalake"}, "package_name 'deltalake' " + SHADOWS_DEPENDENCY.format("deltalake")),
+    ({"package_name": "pyarrow"}, "package_name 'pyarrow' " + SHADOWS_DEPENDENCY.format("pyarrow")),
+    ({"package_name": "numpy"}, "package_name 'numpy' " + SHADOWS_DEPENDENCY.format("numpy")),
+    ({"package_name": "tests"}, "package_name 'tests' would shadow the project's own 'tests'"),
     ({"project_slug": "Bad Slug!"}, "project_slug 'Bad Slug!' is not a usable directory name"),
     ({"watermark": "soon"}, "watermark 'soon' is not an interval Spark can parse"),
     ({"watermark": ""}, "watermark is empty"),
     ({"watermark": "0 seconds"}, "watermark '0 seconds' must be longer than zero"),
+    ({"watermark": "-5 minutes"}, "watermark '-5 minutes' is negative; a duration is a length of time"),
+    ({"watermark": "10 mins"}, "watermark '10 mins' has the unit 'mins', which Spark does not read; write minutes."),
     ({"watermark": "1 month"}, "watermark '1 month' uses months; write it in days or weeks instead"),
-    ({"watermark": "10 fortnights"}, "watermark '10 fortnights' has an unknown unit 'fortnight'"),
-    ({"input_rows_per_second": "-5"}, "input_rows_per_second '-5' is not valid"),
-    ({"input_rows_per_second": "0"}, "input_rows_per_second '0' is not valid"),
-    ({"input_rows_per_second": "lots"}, "input_rows_per_second 'lots' is not valid"),
-    ({"state_bytes_per_row": "1.5"}, "state_bytes_per_row '1.5' is not valid: write a whole number of bytes"),
-    ({"shuffle_partitions": "0"}, "shuffle_partitions '0' is not valid"),
+    ({"watermark": "10 fortnights"}, "watermark '10 fortnights' has an unknown unit 'fortnights'"),
+    ({"input_rows_per_second": "-5"}, "input_rows_per_second '-5' has a sign: write a number of rows per second"),
+    ({"input_rows_per_second": "0"}, "input_rows_per_second '0' is not greater than zero"),
+    ({"input_rows_per_second": "lots"}, "input_rows_per_second 'lots' is not a number"),
+    ({"input_rows_per_second": "1e999"}, "input_rows_per_second '1e999' is too large to be a number"),
+    ({"input_rows_per_second": "10,000"}, "input_rows_per_second '10,000' is not a number"),
+    ({"state_bytes_per_row": "1.5"}, "state_bytes_per_row '1.5' is not a whole number: write a whole number of bytes"),
+    ({"shuffle_partitions": "0"}, "shuffle_partitions '0' is not greater than zero"),
+    ({"shuffle_partitions": "1e3"}, "shuffle_partitions '1e3' is not a whole number"),
     ({"state_growth_factor": "0.5"}, "state_growth_factor '0.5' is below 1"),
-    ({"package_name": "deltalake"}, "package_name 'deltalake' would shadow a module the job imports"),
-    ({"package_name": "pyarrow"}, "package_name 'pyarrow' would shadow a module the job imports"),
     ({"key_cardinality": "many"}, "key_cardinality 'many' is not valid: write a whole number of distinct keys"),
     ({"key_cardinality": "0"}, "key_cardinality '0' is not valid"),
     (
         {"stateful_operator": "stream_stream_join", "join_input_rows_per_second": "-1"},
-        "join_input_rows_per_second '-1' is not valid",
+        "join_input_rows_per_second '-1' has a sign",
     ),
     ({"window": "a while"}, "window 'a while' is not an interval Spark can parse"),
     ({"join_range": "0 minutes"}, "join_range '0 minutes' must be longer than zero"),
@@ -62,10 +74,19 @@ def test_cookiecutter_itself_refuses_a_non_boolean(out):
 
 
 def test_all_bad_answers_are_reported_at_once(out, capfd):
+    bad = {
+        "input_rows_per_second": "fast",
+        "shuffle_partitions": "-1",
+        "package_name": "2fast",
+        "watermark": "soon",
+        "window": "-1 minute",
+        "session_timeout": "5 mins",
+    }
     with pytest.raises(FailedHookException):
-        bake(out, input_rows_per_second="fast", shuffle_partitions="-1", package_name="2fast")
+        bake(out, **bad)
     errors = [line for line in capfd.readouterr().err.splitlines() if line.startswith("ERROR: ")]
-    assert len(errors) == 3
+    # One line per bad answer, each naming it, durations and numbers alike.
+    assert sorted(line.split()[1] for line in errors) == sorted(bad)
 
 
 def test_code_in_a_text_answer_is_never_run(out, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from cookiecutter.exceptions import FailedHookException
 
-from .conftest import TEMPLATE, bake, run_in
+from .conftest import TEMPLATE, bake, recorded_answers, run_in
 
 # A state large enough for RocksDB: 61 one-minute windows open in a 1-hour watermark, 60,000,000
 # events in each at 1,000,000 rows/s: 3,660,000,000 rows x 100 B / 200 = 1.83 GB per partition.
@@ -158,7 +158,7 @@ def test_combination_bakes_clean(out, answers):
     assert ("STREAM_JOB_SOURCE__TYPE=rate" in makefile) is (answers["source"] != "files")
     assert ("STREAM_JOB_SINK__DELTA__WRITER=deltalake" in makefile) is (answers["sink"] == "delta")
     assert settings["spark"]["platform"] == answers["platform"]
-    recorded = json.loads((project / ".cookiecutter.json").read_text())
+    recorded = recorded_answers(project)
     assert recorded["state_store_provider"] == answers["state_store_provider"]
     # The generated settings load in the generated package, and its estimate agrees with the bake.
     result = run_in(project, "-m", "stream_job", "estimate", "--json")
@@ -290,7 +290,7 @@ def test_awkward_text_answers_stay_inert_and_parseable(out, text):
     assert pyproject["project"]["description"] == text
     assert pyproject["project"]["authors"] == [{"name": text}]
     assert settings_of(project)["spark"]["app_name"] == "awkward"
-    assert json.loads((project / ".cookiecutter.json").read_text())["description"] == text
+    assert recorded_answers(project)["description"] == text
 
 
 def test_unicode_project_name_gets_an_ascii_slug(out):
@@ -335,13 +335,13 @@ def test_the_generated_ci_workflow_runs_the_projects_own_gates(out, answers):
     # The sizing check is a real command of the project: it passes as baked, and fails (exit 2)
     # once the capacity figures outgrow the HDFS-backed store the bake chose.
     sizing = next(run for run in runs if "estimate --check" in run)
-    package = json.loads((project / ".cookiecutter.json").read_text())["package_name"]
+    package = recorded_answers(project)["package_name"]
     arguments = sizing.split("python ", 1)[1].split()
     assert arguments[:2] == ["-m", package]
     passed = run_in(project, *arguments)
     assert passed.returncode == 0, passed.stderr
     assert passed.stdout.startswith("sizing check: state_store.provider ")
-    if json.loads((project / ".cookiecutter.json").read_text())["stateful_operator"] == "windowed_aggregation":
+    if recorded_answers(project)["stateful_operator"] == "windowed_aggregation":
         env_name = f"{package.upper()}_CAPACITY__INPUT_ROWS_PER_SECOND"
         outgrown = subprocess.run(
             [sys.executable, *arguments],
@@ -414,7 +414,7 @@ def test_databricks_projects_get_an_asset_bundle_that_runs_the_entry_point(out):
     assert "environments" not in job
     # settings.yaml's local folders move to the volume through the job's environment overrides: each
     # is a real settings field, and no other local folder is left.
-    package = json.loads((project / ".cookiecutter.json").read_text())["package_name"]
+    package = recorded_answers(project)["package_name"]
     volume = bundle["variables"]["volume"]["default"]
     assert volume == f"/Volumes/main/default/{package}"
     env = {

@@ -6,11 +6,9 @@ tests/test_machinery.py.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from .conftest import CI_WORKER_1, bake, run_in
+from .conftest import CI_WORKER_1, bake, recorded_answers, run_in
 
 pytestmark = [pytest.mark.slow, CI_WORKER_1]
 
@@ -45,7 +43,7 @@ def test_generated_tests_and_lint_pass(out, answers):
     assert lint.returncode == 0, lint.stdout + lint.stderr
     formatted = run_in(project, "-m", "ruff", "format", "--check", ".")
     assert formatted.returncode == 0, formatted.stdout + formatted.stderr
-    package = json.loads((project / ".cookiecutter.json").read_text())["package_name"]
+    package = recorded_answers(project)["package_name"]
     types = run_in(project, "-m", "mypy", package)
     assert types.returncode == 0, types.stdout + types.stderr
     tests = run_in(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", timeout=900)

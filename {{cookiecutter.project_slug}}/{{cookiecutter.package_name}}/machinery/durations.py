@@ -16,7 +16,17 @@ _UNIT_SECONDS = {
     "day": 86400.0,
     "week": 604800.0,
 }
-_PAIR = re.compile(r"(\d+(?:\.\d+)?)\s+([a-z]+?)s?(?=\s|$)")
+# Abbreviations people type that Spark's interval parser does not take: the unit to write instead.
+_SPELLED_OUT = {
+    **dict.fromkeys(("us", "usec", "usecs"), "microseconds"),
+    **dict.fromkeys(("ms", "msec", "msecs", "milli", "millis"), "milliseconds"),
+    **dict.fromkeys(("s", "sec", "secs"), "seconds"),
+    **dict.fromkeys(("m", "min", "mins"), "minutes"),
+    **dict.fromkeys(("h", "hr", "hrs"), "hours"),
+    **dict.fromkeys(("d",), "days"),
+    **dict.fromkeys(("w", "wk", "wks"), "weeks"),
+}
+_PAIR = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)(?=\s|$)")
 
 
 class DurationError(ValueError):
@@ -32,16 +42,23 @@ def parse_duration(text: str) -> float:
         body = body[len("interval ") :].strip()
     if not body:
         raise DurationError("is empty; write a number and a unit, such as '10 minutes'")
+    if body.startswith("-"):
+        raise DurationError(f"{text!r} is negative; a duration is a length of time, such as '10 minutes'")
     seconds = 0.0
     position = 0
     for match in _PAIR.finditer(body):
         if body[position : match.start()].strip():
             break
-        number, unit = match.groups()
+        number, typed = match.groups()
+        unit = typed[:-1] if typed.endswith("s") and typed[:-1] in (*_UNIT_SECONDS, "month", "year") else typed
         if unit in ("month", "year"):
             raise DurationError(f"{text!r} uses {unit}s; write it in days or weeks instead")
+        if typed in _SPELLED_OUT:
+            raise DurationError(f"{text!r} has the unit {typed!r}, which Spark does not read; write {_SPELLED_OUT[typed]}")
         if unit not in _UNIT_SECONDS:
-            raise DurationError(f"{text!r} has an unknown unit {unit!r}; use {_unit_list()}")
+            raise DurationError(f"{text!r} has an unknown unit {typed!r}; use {_unit_list()}")
+        if not match.group(0)[len(number) :].startswith((" ", "\t")):
+            raise DurationError(f"{text!r} needs a space between the number and the unit, such as '{number} {typed}'")
         seconds += float(number) * _UNIT_SECONDS[unit]
         position = match.end()
     if position == 0 or body[position:].strip():

@@ -3,7 +3,7 @@
 A rule about an operator (what its state holds and how many rows, the name Spark gives it in the
 state metadata, the store it needs, how sample input is shaped for it) is written here once; the
 sizing, the guard, the settings checks, the sample writer, calibration and bench read it from here.
-Standard library only: the template's post-generation hook sizes the state through this module.
+Standard library only: the template sizes the state through this module at generation time.
 """
 
 from __future__ import annotations

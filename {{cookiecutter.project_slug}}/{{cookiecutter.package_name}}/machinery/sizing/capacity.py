@@ -4,8 +4,8 @@ The headline is the seed rule, rows = watermark x input rate. Each operator then
 rows (operators.py); bytes = rows x bytes per row; per partition = bytes / partitions; projected =
 per partition x growth factor. At or above 1 GiB per partition: RocksDB.
 
-Standard library only: the template's post-generation hook imports it from the freshly generated
-project, under cookiecutter's Python, so the estimate exists once. Each operator's formula is in
+Standard library only: the template loads it under cookiecutter's Python to size the state at
+generation time (hooks/answers.py), so the estimate exists once. Each operator's formula is in
 operators.py.
 """
 

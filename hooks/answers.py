@@ -1,0 +1,258 @@
+"""Every answer checked before anything is written, and the sizing decision that the bake writes.
+
+Cookiecutter renders the hooks and settings.yaml in its own process; `local_extensions.py` loads
+this module from the template being rendered (fresh each time) and gives templates `review()`. It
+reads durations with the machinery's parser and sizes the state with the machinery's estimate,
+loaded from the same template folder, so each rule exists once. Standard library only: this runs
+under cookiecutter's Python. Not a hook itself: cookiecutter runs only files named after a hook.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import itertools
+import keyword
+import math
+import re
+import sys
+from decimal import Decimal
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+MACHINERY = Path("{{cookiecutter.project_slug}}", "{{cookiecutter.package_name}}", "machinery")
+SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+PACKAGE = re.compile(r"^[a-z_][a-z0-9_]*$")
+WHOLE_NUMBER = re.compile(r"^\d+$")
+# A number as people write one: 10000, 2.5, .5, 1e6, 1.5E+3 (no sign, no thousands separator).
+NUMBER = re.compile(r"^(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+DURATIONS = ("watermark", "window", "join_range", "session_timeout")
+# Beyond what any Spark cluster runs: baked, with a loud warning naming the figure.
+MAX_PLAUSIBLE_ROWS_PER_SECOND = 10**9
+MAX_PLAUSIBLE_STATE_BYTES = 2**50  # 1 PiB
+# Top-level modules of the generated project's dependencies (all its extras) and of theirs: a
+# package of one of these names would shadow the module for every import in the project.
+# tests/test_bad_answers.py checks this list against the installed packages' own metadata.
+DEPENDENCY_MODULES = frozenset(
+    {
+        *("annotated_types", "arro3", "contourpy", "cycler", "dateutil", "deltalake", "deprecated", "dotenv"),
+        *("google", "iniconfig", "kiwisolver", "librt", "matplotlib", "mpl_toolkits", "mypy", "mypy_extensions"),
+        *("mypyc", "numpy", "packaging", "pandas", "pathspec", "pluggy", "py", "py4j", "pyarrow", "pydantic"),
+        *("pydantic_core", "pydantic_settings", "pygments", "pylab", "pyparsing", "pyspark", "pytest", "pytz"),
+        *("ruff", "typing_extensions", "typing_inspection", "tzdata", "wrapt", "yaml"),
+    }
+)
+OWN_NAMES = frozenset({"tests", "test", "main", "conftest"})
+
+
+def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
+    """What the bake needs to know about the answers: the problems (one line each, every one of
+    them), the warnings, and, when there is no problem, the sizing decision and its report."""
+    machinery = load_machinery(Path(template_root) / MACHINERY)
+    found = name_problems(answers) + number_problems(answers) + duration_problems(answers, machinery["durations"])
+    result: dict[str, Any] = {"problems": found, "warnings": []}
+    if found:
+        return result
+    capacity = machinery["sizing.capacity"]
+    sizing = capacity.estimate(**sizing_inputs(answers))
+    try:
+        decision = capacity.decide(answers["state_store_provider"], bool(answers["changelog_checkpointing"]), sizing)
+    except ValueError as error:  # a pairing such as custom_state with hdfs
+        result["problems"] = [f"{error}."]
+        return result
+    result.update(
+        warnings=implausible(answers, sizing),
+        provider=decision.provider,
+        changelog_checkpointing=decision.changelog_checkpointing,
+        decision_comment=decision_comment(answers, sizing, decision),
+        against_recommendation=decision.against_recommendation,
+        report=capacity.report(sizing, decision),
+        rate_source_rows_per_second=rate_source_rows(number(answers["input_rows_per_second"])),
+        join_rate_source_rows_per_second=rate_source_rows(join_rate(answers)),
+        numbers={name: yaml_number(number(answers[name])) for name in ("input_rows_per_second", "state_growth_factor")}
+        | {"join_input_rows_per_second": yaml_number(join_rate(answers))},
+    )
+    return result
+
+
+def load_machinery(folder: Path) -> dict[str, ModuleType]:
+    """The durations and capacity modules of the template's machinery, under a fresh package name:
+    cruft renders two versions of the template in one process, and each must use its own."""
+    name = f"_template_machinery_{next(_LOADS)}"
+    spec = importlib.util.spec_from_file_location(
+        name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    assert spec is not None and spec.loader is not None, f"no machinery package in {folder}"
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
+    try:
+        spec.loader.exec_module(package)
+        return {module: importlib.import_module(f"{name}.{module}") for module in ("durations", "sizing.capacity")}
+    finally:
+        for loaded in [key for key in sys.modules if key == name or key.startswith(f"{name}.")]:
+            del sys.modules[loaded]
+
+
+_LOADS = itertools.count()
+
+
+def name_problems(answers: dict[str, Any]) -> list[str]:
+    found = []
+    slug = str(answers["project_slug"])
+    if not SLUG.match(slug):
+        found.append(
+            f"project_slug {slug!r} is not a usable directory name: use lower-case letters, "
+            "digits, '-', '_' or '.', starting with a letter or digit (for example 'stream-job')."
+        )
+    package = str(answers["package_name"])
+    if not PACKAGE.match(package) or keyword.iskeyword(package):
+        found.append(
+            f"package_name {package!r} is not a valid Python package name: use lower-case letters, "
+            "digits and '_', not starting with a digit (for example 'stream_job')."
+        )
+    elif clash := shadowed(package):
+        found.append(
+            f"package_name {package!r} would shadow {clash}, and every import of it in the project would find"
+            f" your package instead; choose another name (for example '{package}_job')."
+        )
+    return found
+
+
+def shadowed(package: str) -> str | None:
+    """What a top-level package of this name would hide, or None."""
+    if package in getattr(sys, "stdlib_module_names", ()) or package in sys.builtin_module_names:
+        return f"the standard library's module {package!r}"
+    if package in DEPENDENCY_MODULES:
+        return f"the module {package!r} of a package the project depends on"
+    if package in OWN_NAMES:
+        return f"the project's own {package!r}"
+    return None
+
+
+def number_problems(answers: dict[str, Any]) -> list[str]:
+    found = []
+    checks = [
+        ("input_rows_per_second", "a number of rows per second greater than zero, like 10000 or 2.5"),
+        ("state_bytes_per_row", "a whole number of bytes greater than zero, like 64"),
+        ("shuffle_partitions", "a whole number of partitions greater than zero, like 200"),
+        ("state_growth_factor", "a number of 1 or more, like 1 or 2.5"),
+    ]
+    # Used (and written) by the join only; by default it repeats input_rows_per_second, checked above.
+    if answers["stateful_operator"] == "stream_stream_join":
+        checks.append(("join_input_rows_per_second", "a number of rows per second greater than zero, like 500"))
+    for name, expected in checks:
+        text = str(answers[name]).strip()
+        whole = name in ("state_bytes_per_row", "shuffle_partitions")
+        if text.startswith(("-", "+")):
+            found.append(f"{name} {answers[name]!r} has a sign: write {expected}.")
+        elif whole and NUMBER.match(text) and not WHOLE_NUMBER.match(text):
+            found.append(f"{name} {answers[name]!r} is not a whole number: write {expected}.")
+        elif not (WHOLE_NUMBER if whole else NUMBER).match(text):
+            found.append(f"{name} {answers[name]!r} is not a number: write {expected}.")
+        elif not math.isfinite(float(text)):
+            found.append(f"{name} {answers[name]!r} is too large to be a number: write {expected}.")
+        elif float(text) <= 0:
+            found.append(f"{name} {answers[name]!r} is not greater than zero: write {expected}.")
+        elif name == "state_growth_factor" and float(text) < 1:
+            found.append(
+                f"{name} {answers[name]!r} is below 1: state does not shrink over a job's life; write 1 or more."
+            )
+    cardinality = str(answers["key_cardinality"]).strip()
+    if cardinality != "unknown" and (not WHOLE_NUMBER.match(cardinality) or int(cardinality) <= 0):
+        found.append(
+            f"key_cardinality {answers['key_cardinality']!r} is not valid: write a whole number of distinct keys"
+            " greater than zero, like 100000, or unknown."
+        )
+    return found
+
+
+def duration_problems(answers: dict[str, Any], durations: ModuleType) -> list[str]:
+    """Every duration lands in settings.yaml, whichever operator uses it, so each must parse."""
+    found = []
+    for name in DURATIONS:
+        try:
+            durations.parse_duration(answers[name])
+        except durations.DurationError as error:
+            found.append(f"{name} {error}.")
+    return found
+
+
+def number(text: Any) -> float:
+    return float(str(text).strip())
+
+
+def join_rate(answers: dict[str, Any]) -> float | None:
+    return (
+        number(answers["join_input_rows_per_second"]) if answers["stateful_operator"] == "stream_stream_join" else None
+    )
+
+
+def yaml_number(value: float | None) -> str:
+    """A number as YAML reads it back: 10000, 2.5 or 0.001 (never 1e-3, which YAML reads as text)."""
+    if value is None:
+        return "null"
+    if value == int(value):
+        return str(int(value))
+    return format(Decimal(repr(value)), "f")
+
+
+def rate_source_rows(value: float | None) -> int | None:
+    """Spark's rate source makes whole rows each second: the expected rate, rounded up."""
+    return None if value is None else max(1, math.ceil(value))
+
+
+def sizing_inputs(answers: dict[str, Any]) -> dict[str, Any]:
+    cardinality = str(answers["key_cardinality"]).strip()
+    return {
+        "input_rows_per_second": number(answers["input_rows_per_second"]),
+        "watermark": answers["watermark"],
+        "state_bytes_per_row": int(answers["state_bytes_per_row"]),
+        "shuffle_partitions": int(answers["shuffle_partitions"]),
+        "growth_factor": number(answers["state_growth_factor"]),
+        "operator": answers["stateful_operator"],
+        "window": answers["window"],
+        "key_cardinality": None if cardinality == "unknown" else int(cardinality),
+        "join_input_rows_per_second": join_rate(answers),
+        "join_range": answers["join_range"],
+        "session_timeout": answers["session_timeout"],
+    }
+
+
+def implausible(answers: dict[str, Any], sizing: Any) -> list[str]:
+    warnings = []
+    for name in ("input_rows_per_second", "join_input_rows_per_second"):
+        rate = number(answers[name]) if name == "input_rows_per_second" else join_rate(answers)
+        if rate is not None and rate > MAX_PLAUSIBLE_ROWS_PER_SECOND:
+            warnings.append(
+                f"{name} is {rate:,.0f} rows/s, more than any Spark cluster reads ({MAX_PLAUSIBLE_ROWS_PER_SECOND:,});"
+                " baked as given: check the answer."
+            )
+    total = sizing.total_bytes * sizing.growth_factor
+    if total > MAX_PLAUSIBLE_STATE_BYTES:
+        warnings.append(
+            f"the estimated state is {total:,.0f} B ({total / MAX_PLAUSIBLE_STATE_BYTES:,.1f} PiB), more than"
+            " any Spark cluster keeps; baked as given: check the rate, the watermark and the bytes per row."
+        )
+    return warnings
+
+
+def decision_comment(answers: dict[str, Any], sizing: Any, decision: Any) -> list[str]:
+    """The sizing written beside the provider key, so that the reasoning travels with the setting."""
+    e, package = sizing, answers["package_name"]
+    return [
+        "Chosen at generation time by the capacity estimator",
+        f"(python -m {package} estimate reproduces it):",
+        f"  operator {e.operator}: {e.formula}",
+        f"  headline rows = {e.watermark} x {e.input_rows_per_second:g} rows/s = {e.headline_rows:,}",
+        f"  rows = {e.rows_working}",
+        f"  bytes = {e.rows:,} x {e.state_bytes_per_row} B = {e.total_bytes:,} B; {e.state_bytes_per_row} B per row is",
+        f"    your answer, not a measurement: `python -m {package} estimate --calibrate` measures it",
+        f"  per partition = {e.total_bytes:,} B / {e.shuffle_partitions} = {e.bytes_per_partition:,} B",
+        f"  x growth {e.growth_factor:g} = {e.projected_bytes_per_partition:,} B (RocksDB from {e.threshold_bytes:,} B)",
+        f"  recommended: {e.recommended_provider}; requested: {answers['state_store_provider']};"
+        f" written: {decision.provider}",
+        *decision.notes,
+        "The provider and spark.shuffle_partitions are pinned into the checkpoint at the first run;",
+        "changing either later needs a new checkpoint location and reprocessing.",
+    ]

@@ -29,7 +29,7 @@ demo: setup check-java ## bake with the default answers, run the job for a few b
 test: setup check-java ## run all tests: bakes, bad answers, and the generated projects' own tests and ruff
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
-test-all: setup check-java ## make test plus the secondary proofs that CI leaves out (about 5 minutes more)
+test-all: setup check-java ## make test plus the secondary proofs and the soak, which CI leaves out (about 6 minutes more)
 	TEST_ALL=1 $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 test-fast: setup ## the tests that run no generated test suite

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import CI_WORKER_1, bake, recorded_answers, run_in
+from .conftest import bake, recorded_answers, run_in
 
-pytestmark = [pytest.mark.slow, CI_WORKER_1]
+pytestmark = pytest.mark.slow
 
 REPRESENTATIVE = [
     pytest.param({}, id="defaults:operator:windowed_aggregation-provider:hdfs-source:rate-sink:parquet"),

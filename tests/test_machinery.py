@@ -8,7 +8,8 @@ machinery is byte for byte the same in every bake (tests/test_bake.py proves it)
 does not depend on the operator runs once, in the default bake; a test marked `operator` runs in
 the bake of every operator; the standalone cluster test (marker `cluster`) runs in the join bake,
 on RocksDB with two inputs. A test marked `secondary` proves what another proves more strictly
-(it names which); CI leaves it out to stay under 25 minutes, `make test-all` (TEST_ALL=1) runs it.
+(it names which); CI leaves it and the soak out to stay under 25 minutes, `make test-all`
+(TEST_ALL=1) runs them.
 Markers choose, never test names. (Splitting the default bake in two by the `faults` marker, one
 run per CI worker, was measured slower: 32:14 against 28:25 for the whole CI, since two
 Spark-heavy runs side by side on 2 cores slow each other down.)
@@ -22,26 +23,27 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import CI_WORKER_1, CI_WORKER_2, bake, run_in
+from .conftest import DEFAULT_BAKE, OPERATOR_BAKES, bake, run_in
 
 pytestmark = pytest.mark.slow
 
 PROOFS = Path(__file__).resolve().parent / "machinery"
-EVERYTHING = "not cluster" if os.environ.get("TEST_ALL") else "not cluster and not secondary"
+# CI leaves out the secondary proofs and the soak (as CI always has): make test-all runs them.
+EVERYTHING = "not cluster" if os.environ.get("TEST_ALL") else "not cluster and not secondary and not soak"
 BAKES = [
-    pytest.param({}, EVERYTHING, marks=CI_WORKER_1, id="windowed_aggregation:everything-but-the-cluster"),
-    pytest.param({"stateful_operator": "deduplication"}, "operator", marks=CI_WORKER_2, id="deduplication:operator"),
+    pytest.param({}, EVERYTHING, marks=DEFAULT_BAKE, id="windowed_aggregation:everything-but-the-cluster"),
+    pytest.param({"stateful_operator": "deduplication"}, "operator", marks=OPERATOR_BAKES, id="deduplication:operator"),
     pytest.param(
         {"stateful_operator": "stream_stream_join", "state_store_provider": "rocksdb"},
         "operator or cluster",
-        marks=CI_WORKER_2,
+        marks=OPERATOR_BAKES,
         id="stream_stream_join:operator-and-cluster",
     ),
     # RocksDB without changelog checkpointing: the store the other bakes do not crash.
     pytest.param(
         {"stateful_operator": "custom_state", "changelog_checkpointing": False},
         "operator",
-        marks=CI_WORKER_2,
+        marks=OPERATOR_BAKES,
         id="custom_state:operator",
     ),
 ]

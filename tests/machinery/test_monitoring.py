@@ -125,7 +125,7 @@ def test_metrics_enabled_puts_the_query_on_the_prometheus_endpoint(tmp_path):
     }
     path = write_settings_file(tmp_path / "settings.yaml", changes)
     process = subprocess.Popen(
-        [sys.executable, "main.py", "--settings", str(path), "--timeout", "120"],
+        [sys.executable, "main.py", "--settings", str(path), "--timeout", "300"],
         cwd=PROJECT_DIR,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -134,7 +134,8 @@ def test_metrics_enabled_puts_the_query_on_the_prometheus_endpoint(tmp_path):
     )
     streaming = []
     try:
-        deadline = time.monotonic() + 120
+        # Generous: in CI two Spark-heavy bakes share 2 cores, and the first batch can take minutes.
+        deadline = time.monotonic() + 240
         while not streaming and process.poll() is None and time.monotonic() < deadline:
             time.sleep(1)
             try:
@@ -146,6 +147,7 @@ def test_metrics_enabled_puts_the_query_on_the_prometheus_endpoint(tmp_path):
     finally:
         process.send_signal(signal.SIGTERM)
         output = process.communicate(timeout=60)[0]
+    assert streaming, "no spark_streaming_watched_ metric in 240 s: " + output[-3000:]
     assert process.returncode == 0, output[-3000:]
     names = {line.split("{")[0].split(" ")[0] for line in streaming}
     assert any(name.endswith("spark_streaming_watched_states_rowsTotal_Value") for name in names), names

@@ -54,7 +54,9 @@ def parse_duration(text: str) -> float:
         if unit in ("month", "year"):
             raise DurationError(f"{text!r} uses {unit}s; write it in days or weeks instead")
         if typed in _SPELLED_OUT:
-            raise DurationError(f"{text!r} has the unit {typed!r}, which Spark does not read; write {_SPELLED_OUT[typed]}")
+            raise DurationError(
+                f"{text!r} has the unit {typed!r}, which Spark does not read; write {_SPELLED_OUT[typed]}"
+            )
         if unit not in _UNIT_SECONDS:
             raise DurationError(f"{text!r} has an unknown unit {typed!r}; use {_unit_list()}")
         if not match.group(0)[len(number) :].startswith((" ", "\t")):

@@ -221,8 +221,9 @@ def sizing_inputs(answers: dict[str, Any]) -> dict[str, Any]:
 
 def implausible(answers: dict[str, Any], sizing: Any) -> list[str]:
     warnings = []
-    for name in ("input_rows_per_second", "join_input_rows_per_second"):
-        rate = number(answers[name]) if name == "input_rows_per_second" else join_rate(answers)
+    rates = {"input_rows_per_second": number(answers["input_rows_per_second"])}
+    rates["join_input_rows_per_second"] = join_rate(answers)
+    for name, rate in rates.items():
         if rate is not None and rate > MAX_PLAUSIBLE_ROWS_PER_SECOND:
             warnings.append(
                 f"{name} is {rate:,.0f} rows/s, more than any Spark cluster reads ({MAX_PLAUSIBLE_ROWS_PER_SECOND:,});"

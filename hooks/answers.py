@@ -33,7 +33,7 @@ MAX_PLAUSIBLE_ROWS_PER_SECOND = 10**9
 MAX_PLAUSIBLE_STATE_BYTES = 2**50  # 1 PiB
 # Top-level modules of the generated project's dependencies (all its extras) and of theirs: a
 # package of one of these names would shadow the module for every import in the project.
-# tests/test_bad_answers.py checks this list against the installed packages' own metadata.
+# tests/test_rebake.py checks this list against the installed packages' own metadata.
 DEPENDENCY_MODULES = frozenset(
     {
         *("annotated_types", "arro3", "contourpy", "cycler", "dateutil", "deltalake", "deprecated", "dotenv"),

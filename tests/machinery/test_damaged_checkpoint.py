@@ -1,7 +1,8 @@
 """A damaged checkpoint: the job recovers correctly, or stops naming the file and the ways out.
 
-Each case makes a real checkpoint (three landing files run through the windowed count), damages
-one file the way a crash or a bad copy would, adds two more landing files and starts
+Each case takes a real checkpoint (three landing files run through the windowed count, once per
+store configuration and restored from a pristine copy for each case), damages one file the way a
+crash or a bad copy would, adds two more landing files and starts
 `python main.py`. It must never go on silently with wrong state: either the exit is 0 and the
 whole output equals the batch computation over all five files, or the exit is non-zero, the
 message names the damaged file, and the output is what the first run wrote, untouched.
@@ -9,6 +10,7 @@ message names the damaged file, and the output is what the first run wrote, unto
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -74,18 +76,43 @@ CASES: dict[str, tuple[str, Callable[[Path], Path], int, str]] = {
 CONFIGURATIONS = {"hdfs": ("hdfs", False), "rocksdb": ("rocksdb", False), "rocksdb-changelog": ("rocksdb", True)}
 
 
+class FirstRuns:
+    """The first run of each configuration, made once and restored for each case that damages it.
+
+    The checkpoint's file-source log and the parquet sink's log hold absolute paths, so a case
+    works in the very folder its first run used: restored there from the pristine copy."""
+
+    def __init__(self, spark, folder: Path) -> None:
+        self.spark, self.folder = spark, folder
+
+    def restore(self, configuration: str) -> Path:
+        work, pristine = self.folder / configuration, self.folder / f"{configuration}.pristine"
+        if not pristine.exists():
+            changes = files_job(work, "parquet", *CONFIGURATIONS[configuration], files=3)
+            settings = load_settings(write_settings_file(work / "settings.yaml", changes))
+            apply_confs(self.spark, settings)
+            assert run_query(self.spark, settings).exception() is None
+            shutil.copytree(work, pristine)
+        shutil.rmtree(work)
+        shutil.copytree(pristine, work)
+        return work
+
+
+@pytest.fixture(scope="module")
+def first_runs(spark, tmp_path_factory) -> FirstRuns:
+    return FirstRuns(spark, tmp_path_factory.mktemp("first-runs"))
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_damaged_checkpoint_recovers_or_stops_naming_the_file(spark, tmp_path, case):
+def test_damaged_checkpoint_recovers_or_stops_naming_the_file(spark, first_runs, case):
     configuration, damage, exit_code, outcome = CASES[case]
-    changes = files_job(tmp_path, "parquet", *CONFIGURATIONS[configuration], files=3)
-    path = write_settings_file(tmp_path / "settings.yaml", changes)
+    work = first_runs.restore(configuration)
+    path = work / "settings.yaml"
     settings = load_settings(path)
-    apply_confs(spark, settings)
-    assert run_query(spark, settings).exception() is None  # the first run, in this process
-    checkpoint = tmp_path / "checkpoint"
+    checkpoint = work / "checkpoint"
     damaged = damage(checkpoint)
-    write_sample_files(tmp_path / "landing", files=2, events_per_file=40, keys=4, advance_per_file=timedelta(minutes=2))
-    output_before = digest(tmp_path / "output")
+    write_sample_files(work / "landing", files=2, events_per_file=40, keys=4, advance_per_file=timedelta(minutes=2))
+    output_before = digest(work / "output")
 
     result = run_python("main.py", "--settings", str(path), env=clean_env())
 
@@ -103,4 +130,4 @@ def test_damaged_checkpoint_recovers_or_stops_naming_the_file(spark, tmp_path, c
     else:  # the commit's checksum file left behind: Spark would blame "concurrent queries"
         checksum = damaged.parent / f".{damaged.name}.crc"
         assert errors[0].startswith(f"checkpoint error: {checksum} is left without {damaged}"), errors
-    assert digest(tmp_path / "output") == output_before  # nothing written on a failed start
+    assert digest(work / "output") == output_before  # nothing written on a failed start

@@ -35,7 +35,10 @@ COMBINATIONS = [
 # operator -> (the README's opening words, the line of the sizing report naming its rows).
 OPERATORS = {
     "windowed_aggregation": ("job that counts events per key", "state rows     = 11 open windows"),
-    "deduplication": ("job that drops repeated events", "state rows     = 600 s x 10,000 rows/s"),
+    "deduplication": (
+        "job that drops repeated events",
+        "state rows     = (2 x watermark 600 s + one batch 10 s) x 10,000 rows/s = 12,100,000 rows",
+    ),
     "stream_stream_join": ("job that joins two event streams", "state rows     = left 10,000 rows/s x (600 s"),
     "custom_state": ("job that keeps its own state per key", "state rows     = active keys within timeout"),
 }
@@ -105,8 +108,8 @@ def test_join_bake_has_a_second_input_of_the_chosen_source(out):
     assert settings["capacity"]["join_input_rows_per_second"] == 250
     assert settings["query"]["join"] == {"type": "inner", "range": "15 minutes"}
     result = run_in(project, "-m", "stream_job", "estimate", "--json")
-    # left 10,000 x (600 + 900) + right 250 x 600 = 15,150,000 rows.
-    assert json.loads(result.stdout)["rows"] == 15_150_000
+    # left 10,000 x (600 + 900 + 2 batches of 10 s) + right 250 x (600 + 20) = 15,355,000 rows.
+    assert json.loads(result.stdout)["rows"] == 15_355_000
 
 
 # What `python -m <package> packages` must print for each answer: the JVM connectors spark-submit needs.

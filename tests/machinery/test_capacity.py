@@ -12,14 +12,17 @@ from .conftest import run_cli
 
 
 def test_worked_example():
-    # The seed rule, exact for deduplication: 10 minutes x 10,000 rows/s = 6,000,000 rows;
-    # x 64 B = 384,000,000 B; / 200 = 1,920,000 B.
+    # The seed rule, the headline: 10 minutes x 10,000 rows/s = 6,000,000 rows. Deduplication keeps
+    # (2 x 600 s + one 10 s batch) x 10,000 rows/s = 12,100,000 rows; x 64 B = 774,400,000 B;
+    # / 200 = 3,872,000 B.
     sizing = estimate(10_000, "10 minutes", 64, 200, operator="deduplication")
-    assert (sizing.headline_rows, sizing.rows) == (6_000_000, 6_000_000)
-    assert sizing.total_bytes == 384_000_000
-    assert sizing.bytes_per_partition == 1_920_000
-    assert sizing.projected_bytes_per_partition == 1_920_000
+    assert (sizing.headline_rows, sizing.rows) == (6_000_000, 12_100_000)
+    assert sizing.total_bytes == 774_400_000
+    assert sizing.bytes_per_partition == 3_872_000
+    assert sizing.projected_bytes_per_partition == 3_872_000
     assert sizing.recommended_provider == "hdfs"
+    # available_now has no steady batch: 2 x 600 s x 10,000.
+    assert estimate(10_000, "10 minutes", 64, 200, operator="deduplication", trigger="available_now").rows == 12_000_000
 
 
 def test_windowed_aggregation_counts_open_windows_times_keys():
@@ -37,7 +40,8 @@ def test_windowed_aggregation_counts_open_windows_times_keys():
 
 
 def test_join_counts_both_sides():
-    # Left 1,000 rows/s x (600 s watermark + 300 s range) = 900,000; right 200 rows/s x 600 s = 120,000.
+    # Left 1,000 rows/s x (600 s watermark + 300 s range + 2 batches of 10 s) = 920,000; right
+    # 200 rows/s x (600 s + 20 s) = 124,000.
     sizing = estimate(
         1_000,
         "10 minutes",
@@ -47,19 +51,20 @@ def test_join_counts_both_sides():
         join_input_rows_per_second=200,
         join_range="5 minutes",
     )
-    assert (sizing.rows, sizing.total_bytes, sizing.bytes_per_partition) == (1_020_000, 102_000_000, 10_200_000)
+    assert (sizing.rows, sizing.total_bytes, sizing.bytes_per_partition) == (1_044_000, 104_400_000, 10_440_000)
     assert sizing.headline_rows == 600_000
-    # Without a right-side rate, the right side runs at the input rate: 900,000 + 600,000.
+    # Without a right-side rate, the right side runs at the input rate: 920,000 + 620,000.
     assert (
-        estimate(1_000, "10 minutes", 100, 10, operator="stream_stream_join", join_range="5 minutes").rows == 1_500_000
+        estimate(1_000, "10 minutes", 100, 10, operator="stream_stream_join", join_range="5 minutes").rows == 1_540_000
     )
 
 
 def test_custom_state_counts_active_keys():
-    # Keys active within 9 minutes of timeout + 1 minute of watermark at 100 rows/s: up to 60,000 events.
+    # Keys active within 9 minutes of timeout + 1 minute of watermark + one 10 s batch at 100 rows/s:
+    # up to 61,000 events.
     sizing = estimate(100, "1 minute", 500, 4, operator="custom_state", session_timeout="9 minutes")
-    assert (sizing.rows, sizing.total_bytes, sizing.bytes_per_partition) == (60_000, 30_000_000, 7_500_000)
-    # 50,000 known keys cap it; 100,000 keys do not (there are only 60,000 events in the span).
+    assert (sizing.rows, sizing.total_bytes, sizing.bytes_per_partition) == (61_000, 30_500_000, 7_625_000)
+    # 50,000 known keys cap it; 100,000 keys do not (there are only 61,000 events in the span).
     capped = estimate(
         100, "1 minute", 500, 4, operator="custom_state", session_timeout="9 minutes", key_cardinality=50_000
     )
@@ -68,31 +73,33 @@ def test_custom_state_counts_active_keys():
         estimate(
             100, "1 minute", 500, 4, operator="custom_state", session_timeout="9 minutes", key_cardinality=100_000
         ).rows
-        == 60_000
+        == 61_000
     )
 
 
 def test_rocksdb_sized_case():
-    # 1 hour x 100,000 rows/s = 360,000,000 rows; x 200 B = 72,000,000,000 B; / 50 = 1,440,000,000 B >= 1 GiB.
+    # (2 x 1 hour + 10 s) x 100,000 rows/s = 721,000,000 rows; x 200 B = 144,200,000,000 B;
+    # / 50 = 2,884,000,000 B >= 1 GiB.
     sizing = estimate(100_000, "1 hour", 200, 50, operator="deduplication")
-    assert sizing.rows == 360_000_000
-    assert sizing.total_bytes == 72_000_000_000
-    assert sizing.bytes_per_partition == 1_440_000_000
+    assert sizing.rows == 721_000_000
+    assert sizing.total_bytes == 144_200_000_000
+    assert sizing.bytes_per_partition == 2_884_000_000
     assert sizing.recommended_provider == "rocksdb"
 
 
 def test_growth_factor_can_cross_the_threshold():
-    # 1,920,000 B x 600 = 1,152,000,000 B per partition, above 1,073,741,824 B.
-    sizing = estimate(10_000, "10 minutes", 64, 200, growth_factor=600, operator="deduplication")
-    assert sizing.bytes_per_partition == 1_920_000
-    assert sizing.projected_bytes_per_partition == 1_152_000_000
+    # 3,872,000 B x 300 = 1,161,600,000 B per partition, above 1,073,741,824 B.
+    sizing = estimate(10_000, "10 minutes", 64, 200, growth_factor=300, operator="deduplication")
+    assert sizing.bytes_per_partition == 3_872_000
+    assert sizing.projected_bytes_per_partition == 1_161_600_000
     assert sizing.recommended_provider == "rocksdb"
 
 
 @pytest.mark.parametrize(("bytes_per_row", "provider"), [(GIB, "rocksdb"), (GIB - 1, "hdfs")])
 def test_threshold_is_inclusive(bytes_per_row, provider):
-    # One row per second for one second on one partition: per partition = bytes per row.
-    assert estimate(1, "1 second", bytes_per_row, 1, operator="deduplication").recommended_provider == provider
+    # One key, one row, on one partition: per partition = bytes per row.
+    sizing = estimate(1, "1 second", bytes_per_row, 1, operator="custom_state", key_cardinality=1)
+    assert (sizing.rows, sizing.recommended_provider) == (1, provider)
 
 
 @pytest.mark.parametrize(
@@ -214,11 +221,11 @@ def test_report_spells_out_every_step():
             "rows = open windows x keys per window",
             "window 1 minute (query.window); key_cardinality unknown",
         ),
-        ("deduplication", "rows = watermark x rate", "watermark and rate only"),
+        ("deduplication", "rows = (2 x watermark + one batch) x rate", "trigger 10 seconds (query.trigger)"),
         (
             "stream_stream_join",
-            "rows = left rate x (watermark + range) + right rate x watermark",
-            "join_input_rows_per_second not set, so the input rate is used (capacity.join_input_rows_per_second); join_range 15 minutes (query.join.range)",
+            "rows = left rate x (watermark + range + 2 batches) + right rate x (watermark + 2 batches)",
+            "join_input_rows_per_second not set, so the input rate is used (capacity.join_input_rows_per_second); join_range 15 minutes (query.join.range); trigger 10 seconds (query.trigger)",
         ),
         (
             "custom_state",
@@ -285,12 +292,13 @@ def test_estimate_command_takes_the_operator():
     args = ["--rate", "10", "--watermark", "1 minute", "--bytes-per-row", "8", "--partitions", "1"]
     result = run_cli("estimate", *args, "--operator", "deduplication", "--json")
     assert result.returncode == 0, result.stderr
-    assert (json.loads(result.stdout)["operator"], json.loads(result.stdout)["rows"]) == ("deduplication", 600)
-    # The join's own inputs: 10 x (60 + 120) + 4 x 60 = 2,040 rows.
+    # (2 x 60 s + one 10 s batch) x 10 rows/s = 1,300 rows.
+    assert (json.loads(result.stdout)["operator"], json.loads(result.stdout)["rows"]) == ("deduplication", 1_300)
+    # The join's own inputs: 10 x (60 + 120 + 20) + 4 x (60 + 20) = 2,320 rows.
     join = ["--operator", "stream_stream_join", "--join-rate", "4", "--join-range", "2 minutes", "--json"]
     result = run_cli("estimate", *args, *join)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["rows"] == 2_040
+    assert json.loads(result.stdout)["rows"] == 2_320
     # custom_state with 5 keys: min(5, 10 x (60 + 300)) = 5 rows.
     custom = ["--operator", "custom_state", "--keys", "5", "--session-timeout", "5 minutes", "--json"]
     assert json.loads(run_cli("estimate", *args, *custom).stdout)["rows"] == 5
@@ -303,7 +311,10 @@ def test_estimate_command_reads_missing_inputs_from_settings(write_settings):
     )
     assert result.returncode == 0, result.stderr
     assert "operator       = deduplication: " in result.stdout
-    assert "state rows     = 3,600 s x 100,000 rows/s = 360,000,000 rows" in result.stdout
+    assert (
+        "state rows     = (2 x watermark 3,600 s + one batch 10 s) x 100,000 rows/s = 721,000,000 rows" in result.stdout
+    )
+    assert "  vs headline    = x2.00: an id is kept until the watermark" in result.stdout
 
 
 @pytest.mark.parametrize(

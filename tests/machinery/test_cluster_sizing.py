@@ -10,8 +10,9 @@ from stream_job.machinery.sizing.cluster_sizing import MIB, parse_memory, size_c
 
 from .conftest import run_cli
 
-# 1 row/s kept for 1,000 s, 1 MiB each: 1,000 MiB of state in 10 partitions.
-SIZING = estimate(1, "1000 seconds", MIB, 10, operator="deduplication")
+# 1 row/s kept for 2 x 500 s (deduplication; available_now: no batch), 1 MiB each: 1,000 MiB of
+# state in 10 partitions.
+SIZING = estimate(1, "500 seconds", MIB, 10, operator="deduplication", trigger="available_now")
 
 
 def test_state_per_executor_is_its_share_of_the_partitions_and_per_partition_never_shrinks():

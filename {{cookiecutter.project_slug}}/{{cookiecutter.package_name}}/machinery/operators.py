@@ -38,36 +38,57 @@ def _aggregation_rows(rate: float, watermark_s: float, window: str, key_cardinal
     )
 
 
-def _deduplication_rows(rate: float, watermark_s: float) -> Rows:
-    rows = round(rate * watermark_s)
-    return rows, f"{num(watermark_s)} s x {num(rate)} rows/s = {num(rows)} rows"
+def batch_seconds(trigger: str) -> float:
+    """The event time one batch covers at steady state: the trigger interval (none for available_now,
+    whose batches are as large as the backlog)."""
+    return 0.0 if trigger == "available_now" else named_duration("trigger", trigger)
 
 
-def _join_rows(rate: float, watermark_s: float, join_input_rows_per_second: float | None, join_range: str) -> Rows:
-    # A left row waits for right rows up to `range` after it, and those may be up to the watermark
-    # late; a right row waits only for left rows still to come within the watermark.
-    right_rate = rate if join_input_rows_per_second is None else join_input_rows_per_second
-    require_positive("join_input_rows_per_second", right_rate)
-    range_s = named_duration("join_range", join_range)
-    left = round(rate * (watermark_s + range_s))
-    right = round(right_rate * watermark_s)
-    return left + right, (
-        f"left {num(rate)} rows/s x ({num(watermark_s)} s + range {num(range_s)} s) = {num(left)}"
-        f" + right {num(right_rate)} rows/s x {num(watermark_s)} s = {num(right)}; = {num(left + right)} rows"
+def _deduplication_rows(rate: float, watermark_s: float, trigger: str) -> Rows:
+    # An id stays until the watermark passes its time plus the delay, and the watermark trails the
+    # newest event by the delay and moves only between batches: 2 x watermark + one batch.
+    batch_s = batch_seconds(trigger)
+    rows = round(rate * (2 * watermark_s + batch_s))
+    return rows, (
+        f"(2 x watermark {num(watermark_s)} s + one batch {num(batch_s)} s) x {num(rate)} rows/s = {num(rows)} rows"
     )
 
 
-def _custom_state_rows(rate: float, watermark_s: float, session_timeout: str, key_cardinality: int | None) -> Rows:
-    # A key stays active until the watermark passes its last event plus the timeout.
+def _join_rows(
+    rate: float, watermark_s: float, join_input_rows_per_second: float | None, join_range: str, trigger: str
+) -> Rows:
+    # A left row waits for right rows up to `range` after it, and those may be up to the watermark
+    # late; a right row waits only for left rows still to come within the watermark. Measured
+    # against Spark's numRowsTotal (tests/machinery/test_state_rows.py), each side also keeps two
+    # batches more: the watermark moves only between batches.
+    right_rate = rate if join_input_rows_per_second is None else join_input_rows_per_second
+    require_positive("join_input_rows_per_second", right_rate)
+    range_s = named_duration("join_range", join_range)
+    batches_s = 2 * batch_seconds(trigger)
+    left = round(rate * (watermark_s + range_s + batches_s))
+    right = round(right_rate * (watermark_s + batches_s))
+    return left + right, (
+        f"left {num(rate)} rows/s x ({num(watermark_s)} s + range {num(range_s)} s + 2 batches {num(batches_s)} s)"
+        f" = {num(left)} + right {num(right_rate)} rows/s x ({num(watermark_s)} s + 2 batches {num(batches_s)} s)"
+        f" = {num(right)}; = {num(left + right)} rows"
+    )
+
+
+def _custom_state_rows(
+    rate: float, watermark_s: float, session_timeout: str, key_cardinality: int | None, trigger: str
+) -> Rows:
+    # A key stays active until the watermark passes its last event plus the timeout, and its timer
+    # fires only between batches: one batch more.
     timeout_s = named_duration("session_timeout", session_timeout)
-    events = round(rate * (timeout_s + watermark_s))
+    batch_s = batch_seconds(trigger)
+    events = round(rate * (timeout_s + watermark_s + batch_s))
     if key_cardinality is None:
         keys, why = events, "key cardinality unknown: every event a new key"
     else:
         require_positive("key_cardinality", key_cardinality)
         keys, why = min(int(key_cardinality), events), f"min({num(key_cardinality)} keys, {num(events)} events)"
     return keys, (
-        f"active keys within timeout {num(timeout_s)} s + watermark {num(watermark_s)} s"
+        f"active keys within timeout {num(timeout_s)} s + watermark {num(watermark_s)} s + one batch {num(batch_s)} s"
         f" at {num(rate)} rows/s ({why}) = {num(keys)} rows"
     )
 
@@ -80,6 +101,8 @@ class Operator:
     rows: Callable[..., Rows]
     # The operator's own sizing inputs (beyond rate and watermark), by their answer names.
     sizing_inputs: tuple[str, ...]
+    # Why the state holds more rows than the headline (watermark x rate), when it does: one line.
+    beyond_headline: str | None
     # The operator name Spark writes into the checkpoint's state metadata (the guard compares it).
     spark_name: str
     # Why it runs on RocksDB only, or None when both stores can hold its state.
@@ -112,14 +135,26 @@ OPERATORS: dict[str, Operator] = {
             ),
             rows=_aggregation_rows,
             sizing_inputs=("window", "key_cardinality"),
+            beyond_headline=(
+                "a window is kept until the watermark passes its end, so up to one window more than"
+                " the watermark covers is open per key"
+            ),
             spark_name="stateStoreSave",
             lifetime_setting="window",
         ),
         Operator(
             name="deduplication",
-            formula=("one row per event id, kept until the watermark passes the event's time: rows = watermark x rate"),
+            formula=(
+                "one row per event id, kept until the watermark passes the event's time plus the delay:"
+                " rows = (2 x watermark + one batch) x rate"
+            ),
             rows=_deduplication_rows,
-            sizing_inputs=(),
+            sizing_inputs=("trigger",),
+            beyond_headline=(
+                "an id is kept until the watermark, itself a delay behind the newest event, passes"
+                " its time plus the delay: twice the watermark, and one batch since the watermark"
+                " moves between batches"
+            ),
             spark_name="dedupeWithinWatermark",
             append_only=True,
             state_per_key=False,
@@ -128,10 +163,14 @@ OPERATORS: dict[str, Operator] = {
             name="stream_stream_join",
             formula=(
                 "each side keeps its rows until no row of the other side can match them:"
-                " rows = left rate x (watermark + range) + right rate x watermark"
+                " rows = left rate x (watermark + range + 2 batches) + right rate x (watermark + 2 batches)"
             ),
             rows=_join_rows,
-            sizing_inputs=("join_input_rows_per_second", "join_range"),
+            sizing_inputs=("join_input_rows_per_second", "join_range", "trigger"),
+            beyond_headline=(
+                "a left row also waits the join range for its matches, and both sides keep two"
+                " batches more since the watermark moves between batches"
+            ),
             spark_name="symmetricHashJoin",
             two_inputs=True,
             append_only=True,
@@ -146,7 +185,11 @@ OPERATORS: dict[str, Operator] = {
                 " plus the session timeout: rows = active keys"
             ),
             rows=_custom_state_rows,
-            sizing_inputs=("session_timeout", "key_cardinality"),
+            sizing_inputs=("session_timeout", "key_cardinality", "trigger"),
+            beyond_headline=(
+                "a key is kept until the watermark passes its last event plus the session timeout,"
+                " and its timer fires between batches"
+            ),
             spark_name="transformWithStateInPandasExec",
             rocksdb_only="Spark runs transformWithState only on RocksDB",
             append_only=True,

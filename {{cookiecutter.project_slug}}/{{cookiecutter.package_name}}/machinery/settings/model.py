@@ -449,6 +449,7 @@ class Settings(BaseSettings):
             "join_input_rows_per_second": self.capacity.join_input_rows_per_second,
             "join_range": self.query.join.range,
             "session_timeout": self.query.custom_state.session_timeout,
+            "trigger": self.query.trigger,
         }
         return capacity.estimate(**{**inputs, **overrides})
 

@@ -32,6 +32,7 @@ SHAPE_DEFAULTS = {
     "join_input_rows_per_second": None,  # unknown: the same as the input rate
     "join_range": "15 minutes",
     "session_timeout": "30 minutes",
+    "trigger": "10 seconds",  # settings.yaml's default
 }
 UNSET_MEANS = {
     "key_cardinality": "unknown, so every event is taken as a new key (the upper bound; set it for a tighter figure)",
@@ -43,6 +44,7 @@ SHAPE_SETTINGS = {
     "join_input_rows_per_second": "capacity.join_input_rows_per_second",
     "join_range": "query.join.range",
     "session_timeout": "query.custom_state.session_timeout",
+    "trigger": "query.trigger",
 }
 
 
@@ -55,7 +57,7 @@ class Estimate:
     input_rows_per_second: float
     watermark: str
     watermark_seconds: float
-    # The seed rule, watermark x rate: the headline, and exact for deduplication.
+    # The seed rule, watermark x rate: the headline. Each operator keeps more or fewer rows.
     headline_rows: int
     # The operator's own formula with its figures, and the inputs it used.
     rows_working: str
@@ -183,6 +185,7 @@ def report(sizing: Estimate, decision: Decision | None = None) -> str:
         f"  headline       = watermark {e.watermark} ({num(e.watermark_seconds)} s)"
         f" x {num(e.input_rows_per_second)} rows/s = {num(e.headline_rows)} rows (state kept for the watermark)",
         f"  state rows     = {e.rows_working}",
+        *_beyond_headline(e),
         f"  inputs         = {_inputs(e)}",
         f"  bytes per row  = {num(e.state_bytes_per_row)} B: {e.bytes_per_row_source}",
         f"  state bytes    = {num(e.rows)} rows x {num(e.state_bytes_per_row)} B"
@@ -203,6 +206,15 @@ def report(sizing: Estimate, decision: Decision | None = None) -> str:
         " checkpoint and reprocessing."
     )
     return "\n".join(lines)
+
+
+def _beyond_headline(e: Estimate) -> list[str]:
+    """One line on why Spark keeps more rows than the headline, when it does."""
+    why = find_operator(e.operator).beyond_headline
+    if e.rows <= e.headline_rows or why is None:
+        return []
+    times = f"x{e.rows / e.headline_rows:.2f}" if e.headline_rows else "more"
+    return [f"  vs headline    = {times}: {why}"]
 
 
 def _inputs(e: Estimate) -> str:

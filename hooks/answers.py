@@ -247,10 +247,16 @@ def decision_comment(answers: dict[str, Any], sizing: Any, decision: Any) -> lis
         f"  operator {e.operator}: {e.formula}",
         f"  headline rows = {e.watermark} x {e.input_rows_per_second:g} rows/s = {e.headline_rows:,}",
         f"  rows = {e.rows_working}",
-        f"  bytes = {e.rows:,} x {e.state_bytes_per_row} B = {e.total_bytes:,} B; {e.state_bytes_per_row} B per row is",
-        f"    your answer, not a measurement: `python -m {package} estimate --calibrate` measures it",
+        f"  payload = {e.rows:,} x {e.state_bytes_per_row} B = {e.payload_bytes:,} B; {e.state_bytes_per_row} B per row",
+        "    (key + value columns) is your answer, not a measurement:",
+        f"    `python -m {package} estimate --calibrate` measures the footprint per row",
+        f"  hdfs heap = {e.rows:,} x {e.heap_bytes_per_row} B + {e.store_instances:,} store instances x"
+        f" {e.heap_bytes_per_instance} B = {e.total_bytes:,} B",
+        f"    (the store's overhead {e.store_costs_source})",
         f"  per partition = {e.total_bytes:,} B / {e.shuffle_partitions} = {e.bytes_per_partition:,} B",
         f"  x growth {e.growth_factor:g} = {e.projected_bytes_per_partition:,} B (RocksDB from {e.threshold_bytes:,} B)",
+        f"  on rocksdb: {e.rocksdb_disk_bytes // e.shuffle_partitions:,} B of disk and"
+        f" {e.rocksdb_memory_bytes // e.shuffle_partitions:,} B of native memory per partition",
         f"  recommended: {e.recommended_provider}; requested: {answers['state_store_provider']};"
         f" written: {decision.provider}",
         *decision.notes,

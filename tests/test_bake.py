@@ -223,17 +223,21 @@ def test_default_bake_prints_the_worked_example(out, capfd):
     # windows x 600,000 possible keys each (key cardinality unknown).
     assert "headline       = watermark 10 minutes (600 s) x 10,000 rows/s = 6,000,000 rows" in printed
     assert "= 6,600,000 rows" in printed
-    assert "422,400,000 B" in printed
-    assert "2,112,000 B" in printed
+    # The payload, 64 B a row, and the HDFS heap it takes: + 317 B of measured overhead per row and
+    # 470 B per store instance (machinery/sizing/store_costs.py): 6,600,000 x 381 B + 200 x 470 B.
+    assert "payload        = 6,600,000 rows x 64 B = 422,400,000 B" in printed
+    assert "hdfs heap      = 6,600,000 x 381 B + 200 x 470 B = 2,514,694,000 B (2.3 GiB)" in printed
+    assert "per partition  = 2,514,694,000 B / 200 partitions = 12,573,470 B" in printed
     # The bytes per row are the answer, and the report says so, with the way to measure them.
-    assert "bytes per row  = 64 B: state_bytes_per_row as given, an assumption: `estimate --calibrate`" in printed
+    assert "bytes per row  = 64 B: state_bytes_per_row as given (the key and value columns), an assumption" in printed
     assert "recommendation = hdfs" in printed
     assert "chosen         = hdfs, changelog checkpointing off" in printed
     text = (project / "settings.yaml").read_text()
     assert "#   headline rows = 10 minutes x 10000 rows/s = 6,000,000" in text
-    assert "#   per partition = 422,400,000 B / 200 = 2,112,000 B" in text
-    assert "#   bytes = 6,600,000 x 64 B = 422,400,000 B; 64 B per row is" in text
-    assert "#     your answer, not a measurement: `python -m stream_job estimate --calibrate` measures it" in text
+    assert "#   per partition = 2,514,694,000 B / 200 = 12,573,470 B" in text
+    assert "#   payload = 6,600,000 x 64 B = 422,400,000 B; 64 B per row" in text
+    assert "#     (key + value columns) is your answer, not a measurement:" in text
+    assert "#     `python -m stream_job estimate --calibrate` measures the footprint per row" in text
     assert "#   recommended: hdfs; requested: auto; written: hdfs" in text
     assert "# changelog checkpointing is written as off" in text
 
@@ -245,7 +249,8 @@ def test_large_state_gets_rocksdb_with_changelog(out, capfd):
     assert (store["provider"], store["changelog_checkpointing"]) == ("rocksdb", True)
     result = run_in(project, "-m", "stream_job", "estimate", "--json")
     sizing = json.loads(result.stdout)
-    assert (sizing["rows"], sizing["bytes_per_partition"]) == (3_660_000_000, 1_830_000_000)
+    # 61 open windows x 60,000,000 keys; x (100 + 317) B of heap + 200 x 470 B, / 200 partitions.
+    assert (sizing["rows"], sizing["bytes_per_partition"]) == (3_660_000_000, 7_631_100_470)
 
 
 def test_changelog_can_be_turned_off(out):
@@ -263,7 +268,7 @@ def test_choice_against_the_sizing_is_kept_with_a_loud_warning(out, capfd):
 
 
 def test_growth_factor_moves_the_decision(out):
-    # 2,112,000 B per partition x 600 = 1,267,200,000 B: over 1 GiB.
+    # 12,573,470 B of heap per partition x 600 = 7,544,082,000 B: over 1 GiB.
     project = bake(out, state_growth_factor="600")
     assert settings_of(project)["state_store"]["provider"] == "rocksdb"
 

@@ -9,6 +9,7 @@ import math
 import pytest
 from stream_job.machinery.settings import load_settings
 from stream_job.machinery.sizing.calibration import MEASURES, CalibrationError, measure, measured_run
+from stream_job.machinery.sizing.store_costs import HEAP_PER_INSTANCE, ROCKSDB_DISK_PER_INSTANCE
 
 from .conftest import BAKED_OPERATOR, deep_merge, operator_changes, run_cli, write_settings_file
 
@@ -61,11 +62,19 @@ def test_estimate_calibrate_measures_and_predicts_a_larger_run(spark, tmp_path, 
     assert calibration["events"] == 6 * CALIBRATION_EVENTS
     assert calibration["bytes_per_row"] == math.ceil(calibration["summed_bytes"] / calibration["summed_rows"])
     assert calibration["peak_rows"] == PEAK_ROWS.get(BAKED_OPERATOR, 6 * CALIBRATION_EVENTS)
-    # The estimate is redone with the measured figure instead of state_bytes_per_row.
+    # The estimate is redone with the measured footprint per row on this provider in place of the
+    # payload plus the store's overhead; the payload (state_bytes_per_row) stays as answered.
     plain = settings.sizing()
-    assert report["state_bytes_per_row"] == calibration["bytes_per_row"] != plain.state_bytes_per_row
+    assert report["state_bytes_per_row"] == plain.state_bytes_per_row
+    assert (report["measured_on"], report["measured_bytes_per_row"]) == (provider, calibration["bytes_per_row"])
     assert report["rows"] == plain.rows
-    assert report["total_bytes"] == plain.rows * calibration["bytes_per_row"]
+    instances = report["store_instances"]
+    if provider == "hdfs":
+        assert report["heap_bytes_per_row"] == calibration["bytes_per_row"]
+        assert report["total_bytes"] == plain.rows * calibration["bytes_per_row"] + instances * HEAP_PER_INSTANCE
+    else:
+        disk = plain.rows * calibration["bytes_per_row"] + instances * ROCKSDB_DISK_PER_INSTANCE
+        assert (report["rocksdb_disk_bytes"], report["total_bytes"]) == (disk, plain.total_bytes)
     assert report["bytes_per_row_source"].startswith(f"measured on {provider} (")
     assert "calibrating:" in result.stderr  # the run's progress goes to stderr, the JSON alone to stdout
     # The checkpoint and output of the project are not touched: the run used a scratch directory.

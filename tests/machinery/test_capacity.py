@@ -3,24 +3,46 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from stream_job.machinery.durations import DurationError, parse_duration
 from stream_job.machinery.sizing.capacity import GIB, decide, estimate, report
+from stream_job.machinery.sizing.store_costs import (
+    COSTS,
+    HEAP_PER_INSTANCE,
+    ROCKSDB_DISK_PER_INSTANCE,
+    ROCKSDB_MEMORY_PER_INSTANCE,
+)
 
 from .conftest import run_cli
 
 
+def heap(rows: int, payload: int, operator: str, partitions: int) -> int:
+    """The HDFS-backed store's heap, by hand: each row its payload plus the store's measured overhead,
+    each store instance (one per partition, a join's four) its own."""
+    costs = COSTS[operator]
+    return (
+        rows * (payload + costs.heap_overhead_per_row) + partitions * costs.instances_per_partition * HEAP_PER_INSTANCE
+    )
+
+
 def test_worked_example():
     # The seed rule, the headline: 10 minutes x 10,000 rows/s = 6,000,000 rows. Deduplication keeps
-    # (2 x 600 s + one 10 s batch) x 10,000 rows/s = 12,100,000 rows; x 64 B = 774,400,000 B;
-    # / 200 = 3,872,000 B.
+    # (2 x 600 s + one 10 s batch) x 10,000 rows/s = 12,100,000 rows; x 64 B = 774,400,000 B of
+    # payload; the HDFS heap adds the store's overhead per row and per instance; / 200 partitions.
     sizing = estimate(10_000, "10 minutes", 64, 200, operator="deduplication")
     assert (sizing.headline_rows, sizing.rows) == (6_000_000, 12_100_000)
-    assert sizing.total_bytes == 774_400_000
-    assert sizing.bytes_per_partition == 3_872_000
-    assert sizing.projected_bytes_per_partition == 3_872_000
+    assert sizing.payload_bytes == 774_400_000
+    assert sizing.total_bytes == heap(12_100_000, 64, "deduplication", 200)
+    assert sizing.bytes_per_partition == sizing.projected_bytes_per_partition == sizing.total_bytes // 200
     assert sizing.recommended_provider == "hdfs"
+    # RocksDB beside it: the payload at the measured SST ratio, native memory with its overhead.
+    costs = COSTS["deduplication"]
+    assert sizing.rocksdb_disk_bytes == round(774_400_000 * costs.disk_ratio) + 200 * ROCKSDB_DISK_PER_INSTANCE
+    assert sizing.rocksdb_memory_bytes == (
+        12_100_000 * (64 + costs.memory_overhead_per_row) + 200 * ROCKSDB_MEMORY_PER_INSTANCE
+    )
     # available_now has no steady batch: 2 x 600 s x 10,000.
     assert estimate(10_000, "10 minutes", 64, 200, operator="deduplication", trigger="available_now").rows == 12_000_000
 
@@ -29,10 +51,11 @@ def test_windowed_aggregation_counts_open_windows_times_keys():
     # 10-minute watermark, 1-minute windows: 10 + 1 = 11 open windows. Keys unknown: every event of
     # a window may be a new key, 10,000 x 60 = 600,000 per window -> 6,600,000 rows; x 64 / 200.
     sizing = estimate(10_000, "10 minutes", 64, 200, operator="windowed_aggregation")
-    assert (sizing.headline_rows, sizing.rows, sizing.bytes_per_partition) == (6_000_000, 6_600_000, 2_112_000)
+    assert (sizing.headline_rows, sizing.rows) == (6_000_000, 6_600_000)
+    assert sizing.bytes_per_partition == heap(6_600_000, 64, "windowed_aggregation", 200) // 200
     # 1,000 known keys and 5-minute windows: 2 + 1 = 3 open windows x 1,000 keys = 3,000 rows.
     known = estimate(10_000, "10 minutes", 64, 200, key_cardinality=1_000, window="5 minutes")
-    assert (known.rows, known.total_bytes) == (3_000, 192_000)
+    assert (known.rows, known.payload_bytes) == (3_000, 192_000)
     # A watermark that is not a whole number of windows rounds up: 90 s / 60 s -> 2, + 1 = 3 windows;
     # keys are capped by the events of one window: min(100, 2 x 60 = 120) = 100.
     assert estimate(2, "90 seconds", 10, 1, key_cardinality=100, window="1 minute").rows == 300
@@ -51,7 +74,9 @@ def test_join_counts_both_sides():
         join_input_rows_per_second=200,
         join_range="5 minutes",
     )
-    assert (sizing.rows, sizing.total_bytes, sizing.bytes_per_partition) == (1_044_000, 104_400_000, 10_440_000)
+    assert (sizing.rows, sizing.payload_bytes) == (1_044_000, 104_400_000)
+    # Four stores per partition: each side's keys and its values.
+    assert (sizing.store_instances, sizing.total_bytes) == (40, heap(1_044_000, 100, "stream_stream_join", 10))
     assert sizing.headline_rows == 600_000
     # Without a right-side rate, the right side runs at the input rate: 920,000 + 620,000.
     assert (
@@ -63,7 +88,7 @@ def test_custom_state_counts_active_keys():
     # Keys active within 9 minutes of timeout + 1 minute of watermark + one 10 s batch at 100 rows/s:
     # up to 61,000 events.
     sizing = estimate(100, "1 minute", 500, 4, operator="custom_state", session_timeout="9 minutes")
-    assert (sizing.rows, sizing.total_bytes, sizing.bytes_per_partition) == (61_000, 30_500_000, 7_625_000)
+    assert (sizing.rows, sizing.payload_bytes) == (61_000, 30_500_000)
     # 50,000 known keys cap it; 100,000 keys do not (there are only 61,000 events in the span).
     capped = estimate(
         100, "1 minute", 500, 4, operator="custom_state", session_timeout="9 minutes", key_cardinality=50_000
@@ -78,28 +103,35 @@ def test_custom_state_counts_active_keys():
 
 
 def test_rocksdb_sized_case():
-    # (2 x 1 hour + 10 s) x 100,000 rows/s = 721,000,000 rows; x 200 B = 144,200,000,000 B;
-    # / 50 = 2,884,000,000 B >= 1 GiB.
+    # (2 x 1 hour + 10 s) x 100,000 rows/s = 721,000,000 rows; x 200 B = 144,200,000,000 B of
+    # payload alone, / 50 = 2,884,000,000 B: over 1 GiB per partition before the heap's overhead.
     sizing = estimate(100_000, "1 hour", 200, 50, operator="deduplication")
-    assert sizing.rows == 721_000_000
-    assert sizing.total_bytes == 144_200_000_000
-    assert sizing.bytes_per_partition == 2_884_000_000
+    assert (sizing.rows, sizing.payload_bytes) == (721_000_000, 144_200_000_000)
+    assert sizing.bytes_per_partition == heap(721_000_000, 200, "deduplication", 50) // 50
     assert sizing.recommended_provider == "rocksdb"
 
 
 def test_growth_factor_can_cross_the_threshold():
-    # 3,872,000 B x 300 = 1,161,600,000 B per partition, above 1,073,741,824 B.
-    sizing = estimate(10_000, "10 minutes", 64, 200, growth_factor=300, operator="deduplication")
-    assert sizing.bytes_per_partition == 3_872_000
-    assert sizing.projected_bytes_per_partition == 1_161_600_000
+    # The heap per partition x the growth factor crosses 1 GiB at the factor of the threshold over it.
+    per_partition = heap(12_100_000, 64, "deduplication", 200) // 200
+    crossing = math.ceil(GIB / per_partition)
+    sizing = estimate(10_000, "10 minutes", 64, 200, growth_factor=crossing, operator="deduplication")
+    assert sizing.bytes_per_partition == per_partition
+    assert sizing.projected_bytes_per_partition == round(per_partition * crossing) >= GIB
     assert sizing.recommended_provider == "rocksdb"
+    below = estimate(10_000, "10 minutes", 64, 200, growth_factor=crossing - 1, operator="deduplication")
+    assert below.recommended_provider == "hdfs"
 
 
-@pytest.mark.parametrize(("bytes_per_row", "provider"), [(GIB, "rocksdb"), (GIB - 1, "hdfs")])
+# One key, one row, on one partition: its heap is payload + overhead + one instance's.
+EXACTLY_GIB = GIB - COSTS["custom_state"].heap_overhead_per_row - HEAP_PER_INSTANCE
+
+
+@pytest.mark.parametrize(("bytes_per_row", "provider"), [(EXACTLY_GIB, "rocksdb"), (EXACTLY_GIB - 1, "hdfs")])
 def test_threshold_is_inclusive(bytes_per_row, provider):
-    # One key, one row, on one partition: per partition = bytes per row.
     sizing = estimate(1, "1 second", bytes_per_row, 1, operator="custom_state", key_cardinality=1)
-    assert (sizing.rows, sizing.recommended_provider) == (1, provider)
+    assert (sizing.rows, sizing.projected_bytes_per_partition >= GIB) == (1, provider == "rocksdb")
+    assert sizing.recommended_provider == provider
 
 
 @pytest.mark.parametrize(
@@ -206,8 +238,9 @@ def test_report_spells_out_every_step():
     assert "headline       = watermark 10 minutes (600 s) x 10,000 rows/s = 6,000,000 rows" in text
     assert "state rows     = 11 open windows" in text
     assert "= 6,600,000 rows" in text
-    assert "422,400,000 B" in text
-    assert "2,112,000 B" in text
+    assert "payload        = 6,600,000 rows x 64 B = 422,400,000 B" in text
+    total = heap(6_600_000, 64, "windowed_aggregation", 200)
+    assert f" = {total:,} B (" in text and f" = {total // 200:,} B (" in text
     assert "recommendation = hdfs" in text
     assert "cannot be switched later" not in text  # far below the threshold: no growth warning
     assert "pinned into the checkpoint" in text
@@ -256,8 +289,11 @@ def test_unknown_operator_and_inputs_are_refused():
 
 
 def test_report_warns_near_the_threshold():
-    # 300,000,000 B per partition is 28% of 1 GiB: hdfs, but growth would cross it.
-    text = report(estimate(1_000_000, "5 minutes", 100, 100))
+    # 6 open windows x 30,000,000 keys = 180,000,000 rows of 100 B and the heap's overhead, over 100
+    # partitions: within 4x of 1 GiB, so hdfs, but growth would cross it.
+    sizing = estimate(500_000, "5 minutes", 100, 100)
+    assert GIB / 4 <= sizing.projected_bytes_per_partition < GIB
+    text = report(sizing)
     assert "recommendation = hdfs" in text
     assert "within 4x of the threshold" in text
 
@@ -279,12 +315,14 @@ def test_estimate_command_json():
     )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert (data["rows"], data["total_bytes"], data["bytes_per_partition"], data["recommended_provider"]) == (
+    total = heap(6_600_000, 64, "windowed_aggregation", 200)
+    assert (data["rows"], data["payload_bytes"], data["total_bytes"], data["bytes_per_partition"]) == (
         6_600_000,
         422_400_000,
-        2_112_000,
-        "hdfs",
+        total,
+        total // 200,
     )
+    assert data["recommended_provider"] == "hdfs"
     assert (data["headline_rows"], data["shape"]) == (6_000_000, {"window": "1 minute", "key_cardinality": None})
 
 

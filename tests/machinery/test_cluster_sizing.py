@@ -3,39 +3,54 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+from stream_job.machinery.figures import human_bytes
 from stream_job.machinery.sizing.capacity import estimate
 from stream_job.machinery.sizing.cluster_sizing import MIB, parse_memory, size_cluster
+from stream_job.machinery.sizing.store_costs import COSTS, HEAP_PER_INSTANCE
 
 from .conftest import run_cli
 
-# 1 row/s kept for 2 x 500 s (deduplication; available_now: no batch), 1 MiB each: 1,000 MiB of
-# state in 10 partitions.
-SIZING = estimate(1, "500 seconds", MIB, 10, operator="deduplication", trigger="available_now")
+# 1 row/s kept for 2 x 500 s (deduplication; available_now: no batch), 1 MiB each (on the HDFS
+# store's heap as a calibration would measure it): 1,000 MiB of state in 10 partitions, and each
+# store instance's own.
+SIZING = estimate(
+    1,
+    "500 seconds",
+    MIB,
+    10,
+    operator="deduplication",
+    trigger="available_now",
+    measured_on="hdfs",
+    measured_bytes_per_row=MIB,
+)
+PER_PARTITION = 100 * MIB + HEAP_PER_INSTANCE
 
 
 def test_state_per_executor_is_its_share_of_the_partitions_and_per_partition_never_shrinks():
-    # 1,000 rows x 1 MiB / 10 partitions = 100 MiB per partition.
-    assert SIZING.projected_bytes_per_partition == 100 * MIB
+    # 1,000 rows x 1 MiB / 10 partitions = 100 MiB per partition, and one store instance.
+    assert SIZING.projected_bytes_per_partition == PER_PARTITION
     # 10 partitions on 3 executors: up to 4 on one executor, 400 MiB.
     three = size_cluster(SIZING, "hdfs", 3, "8g", False, 500, None)
-    assert (three.partitions_per_executor, three.state_per_executor_bytes) == (4, 400 * MIB)
+    assert (three.partitions_per_executor, three.state_per_executor_bytes) == (4, 4 * PER_PARTITION)
     # Twice the executors halve the state per executor (rounded up to whole partitions), not per partition.
     assert "with 6 executors: 200.0 MiB per executor, but still 100.0 MiB per partition" in three.lines[2]
     assert "shuffle partitions are pinned in the checkpoint" in three.lines[2]
     twenty = size_cluster(SIZING, "hdfs", 20, "8g", False, 500, None)
-    assert (twenty.partitions_per_executor, twenty.state_per_partition_bytes) == (1, 100 * MIB)
+    assert (twenty.partitions_per_executor, twenty.state_per_partition_bytes) == (1, PER_PARTITION)
 
 
-def test_hdfs_needs_heap_for_twice_the_state_outside_unified_memory():
-    # 2 x 400 MiB / 0.4 + 300 MiB = 2,300 MiB: suggest 3g; 2g is too little and says so.
-    cluster = size_cluster(SIZING, "hdfs", 3, "2g", False, 500, None)
-    assert cluster.suggested == {"spark.conf.spark.executor.memory": "3g"}
-    assert "at least 2.2 GiB: suggest 3g" in cluster.lines[3]
+def test_hdfs_needs_heap_for_the_state_outside_unified_memory():
+    # The heap footprint counts the versions kept loaded: 400 MiB / 0.4 + 300 MiB = 1,300 MiB:
+    # suggest 2g; 1g is too little and says so.
+    cluster = size_cluster(SIZING, "hdfs", 3, "1g", False, 500, None)
+    assert cluster.suggested == {"spark.conf.spark.executor.memory": "2g"}
+    assert "at least 1.3 GiB: suggest 2g" in cluster.lines[3]
     (warning,) = cluster.warnings
-    assert warning.startswith("WARNING: 2.0 GiB of executor heap is less than the 2.2 GiB this state needs")
-    assert not size_cluster(SIZING, "hdfs", 3, "3g", False, 500, None).warnings
+    assert warning.startswith("WARNING: 1.0 GiB of executor heap is less than the 1.3 GiB this state needs")
+    assert not size_cluster(SIZING, "hdfs", 3, "2g", False, 500, None).warnings
 
 
 def test_rocksdb_budget_and_overhead_agree_and_a_short_overhead_is_flagged():
@@ -54,7 +69,8 @@ def test_rocksdb_budget_and_overhead_agree_and_a_short_overhead_is_flagged():
     assert "spark.executor.memoryOverhead 600m (600 MiB) is less than RocksDB's 544 MiB + 384 MiB" in warning
     # A large state per executor caps the budget at 4 GiB, a cache of part of it.
     big = size_cluster(SIZING, "rocksdb", 1, "1g", True, 500, None)
-    assert big.suggested["state_store.rocksdb.max_memory_usage_mb"] == "1000"
+    native_mb = math.ceil(SIZING.rocksdb_memory_bytes / MIB)  # all 10 partitions on one executor
+    assert big.suggested["state_store.rocksdb.max_memory_usage_mb"] == str(native_mb)
     assert (
         size_cluster(estimate(1, "10000 seconds", MIB, 10), "rocksdb", 1, "1g", True, 500, None).suggested[
             "state_store.rocksdb.max_memory_usage_mb"
@@ -80,13 +96,16 @@ def test_estimate_command_adds_the_cluster_sizing(write_settings):
     settings = write_settings({"spark": {"conf": {"spark.executor.instances": 4, "spark.executor.memory": "8g"}}})
     result = run_cli("estimate", "--settings", str(settings))
     assert result.returncode == 0, result.stderr
-    # 2,112,000 B per partition (the default project), 200 partitions / 4 executors = 50 on each.
+    # The default project's heap per partition, 200 partitions / 4 executors = 50 on each.
+    costs = COSTS["windowed_aggregation"]
+    per_partition = (6_600_000 * (64 + costs.heap_overhead_per_row) + 200 * HEAP_PER_INSTANCE) // 200
     assert "\nCluster sizing\n  executors      = 4, 8.0 GiB of heap each" in result.stdout
     assert (
-        "  per executor   = 200 partitions / 4 executors = up to 50 partitions x 2.0 MiB = 100.7 MiB" in result.stdout
+        f"  per executor   = 200 partitions / 4 executors = up to 50 partitions x {human_bytes(per_partition)}"
+        f" = {human_bytes(50 * per_partition)}" in result.stdout
     )
     flags = run_cli("estimate", "--settings", str(settings), "--executors", "8", "--json")
-    assert json.loads(flags.stdout)["cluster"]["state_per_executor_bytes"] == 25 * 2_112_000
+    assert json.loads(flags.stdout)["cluster"]["state_per_executor_bytes"] == 25 * per_partition
     bad = run_cli("estimate", "--settings", str(settings), "--executors", "2", "--executor-memory", "lots")
     assert bad.returncode == 2
     assert bad.stderr.startswith("estimate error: --executor-memory must be a Spark memory size such as 512m")

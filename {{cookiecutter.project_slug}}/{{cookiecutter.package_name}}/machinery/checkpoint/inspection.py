@@ -124,6 +124,8 @@ class Inspection:
                 "state_rows": self.estimate.rows,
                 "state_rows_per_partition": self.estimate.rows // self.estimate.shuffle_partitions,
                 "state_bytes": self.estimate.total_bytes,
+                "payload_bytes": self.estimate.payload_bytes,
+                "rocksdb_disk_bytes": self.estimate.rocksdb_disk_bytes,
                 "measured_share": _rounded(self.state_rows / self.estimate.rows if self.estimate.rows else None),
             }
         return {
@@ -286,8 +288,9 @@ def _comparison(inspection: Inspection) -> list[str]:
     most = max((max(s.rows_per_partition) for o in inspection.operators for s in o.stores if s.counted), default=0)
     return [
         f"estimate ({capacity.num(e.input_rows_per_second)} rows/s, watermark {e.watermark}): {e.rows:,} state rows,"
-        f" {e.rows // e.shuffle_partitions:,} per partition, {capacity.human_bytes(e.total_bytes)} at"
-        f" {e.state_bytes_per_row} B per row",
+        f" {e.rows // e.shuffle_partitions:,} per partition, {capacity.human_bytes(e.total_bytes)} of heap on the"
+        f" HDFS-backed store ({e.heap_bytes_per_row} B per row), {capacity.human_bytes(e.rocksdb_disk_bytes)} of"
+        " disk on RocksDB",
         f"measured at batch {inspection.batch_id}: {measured:,} state rows ({share}), at most {most:,} in one partition",
     ]
 

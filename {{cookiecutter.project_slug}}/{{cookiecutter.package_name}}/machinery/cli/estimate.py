@@ -111,7 +111,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         except CalibrationError as error:
             print(f"estimate error: {error}", file=sys.stderr)
             return EXIT_QUERY_FAILED
-        overrides["state_bytes_per_row"] = calibration.bytes_per_row
+        overrides.update(measured_on=calibration.provider, measured_bytes_per_row=calibration.bytes_per_row)
     overrides["bytes_per_row_source"] = _bytes_source(args, calibration)
     try:
         # Settings.sizing maps the settings to the estimate's inputs; the flags given replace theirs.

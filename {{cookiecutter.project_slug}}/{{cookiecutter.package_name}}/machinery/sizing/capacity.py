@@ -1,8 +1,11 @@
 """State store sizing: the napkin math that picks the provider.
 
 The headline is the seed rule, rows = watermark x input rate. Each operator then counts its own
-rows (operators.py); bytes = rows x bytes per row; per partition = bytes / partitions; projected =
-per partition x growth factor. At or above 1 GiB per partition: RocksDB.
+rows (operators.py). The payload is rows x state_bytes_per_row (the key and value columns); the
+HDFS-backed store holds it in the JVM heap with its own overhead per row and per store instance
+(store_costs.py, measured): that heap footprint / partitions x growth factor is compared with the
+threshold, at or above 1 GiB per partition: RocksDB. RocksDB's disk and native memory are
+estimated beside it.
 
 Standard library only: the template loads it under cookiecutter's Python to size the state at
 generation time (hooks/answers.py), so the estimate exists once. Each operator's formula is in
@@ -16,14 +19,17 @@ from dataclasses import asdict, dataclass
 from ..durations import named_duration
 from ..figures import human_bytes, num, require_positive
 from ..operators import operator as find_operator
+from . import store_costs
 
 GIB = 1024**3
 ROCKSDB_THRESHOLD_BYTES = GIB
 # Below the threshold but within this share of it, the report warns that growth may cross it.
 NEAR_THRESHOLD_SHARE = 0.25
 ASSUMED_BYTES_PER_ROW = (
-    "state_bytes_per_row as given, an assumption: `estimate --calibrate` measures it for this query and provider"
+    "state_bytes_per_row as given (the key and value columns), an assumption: `estimate --calibrate`"
+    " measures the footprint per row for this query and provider"
 )
+PROVIDERS = ("hdfs", "rocksdb")
 
 # The operator-specific inputs, their defaults, and the setting each comes from.
 SHAPE_DEFAULTS = {
@@ -62,17 +68,32 @@ class Estimate:
     # The operator's own formula with its figures, and the inputs it used.
     rows_working: str
     shape: dict[str, object]
+    # The payload: the key and value columns of a row, as answered.
     state_bytes_per_row: int
-    # Where state_bytes_per_row comes from: a guess until `estimate --calibrate` measures it.
+    # Where the bytes come from: state_bytes_per_row is a guess until `estimate --calibrate`
+    # measures the footprint per row on one provider (measured_on), which then replaces that
+    # provider's payload + overhead.
     bytes_per_row_source: str
+    measured_on: str | None
+    measured_bytes_per_row: int | None
     shuffle_partitions: int
     growth_factor: float
     rows: int
+    payload_bytes: int
+    # The HDFS-backed store: heap per row (payload + overhead, or measured) and per store instance.
+    heap_bytes_per_row: int
+    store_instances: int
+    heap_bytes_per_instance: int
+    store_costs_source: str
+    # The heap footprint on the HDFS-backed store: what the threshold is applied to.
     total_bytes: int
     bytes_per_partition: int
     projected_bytes_per_partition: int
     threshold_bytes: int
     recommended_provider: str
+    # RocksDB beside it: SST files on local disk, and native memory (with changelog checkpointing).
+    rocksdb_disk_bytes: int
+    rocksdb_memory_bytes: int
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -86,6 +107,8 @@ def estimate(
     growth_factor: float = 1.0,
     operator: str = "windowed_aggregation",
     bytes_per_row_source: str = ASSUMED_BYTES_PER_ROW,
+    measured_on: str | None = None,
+    measured_bytes_per_row: int | None = None,
     **shape: object,
 ) -> Estimate:
     """Napkin math for the state a watermarked query keeps; see the module docstring.
@@ -103,8 +126,20 @@ def estimate(
         raise ValueError(f"growth_factor must be 1 or more (state does not shrink), got {growth_factor}")
     seconds = named_duration("watermark", watermark)
     inputs = {name: SHAPE_DEFAULTS[name] if shape.get(name) is None else shape[name] for name in op.sizing_inputs}
+    if measured_on not in (None, *PROVIDERS) or (measured_on is None) != (measured_bytes_per_row is None):
+        raise ValueError("measured_on (hdfs or rocksdb) and measured_bytes_per_row come together")
     rows, working = op.rows(input_rows_per_second, seconds, **inputs)
-    total_bytes = rows * state_bytes_per_row
+    costs = store_costs.COSTS[operator]
+    instances = shuffle_partitions * costs.instances_per_partition
+    # A calibration's measure replaces payload + overhead on the provider it ran on.
+    heap_per_row = state_bytes_per_row + costs.heap_overhead_per_row
+    disk_per_row: float = state_bytes_per_row * costs.disk_ratio
+    if measured_bytes_per_row is not None:
+        if measured_on == "hdfs":
+            heap_per_row = measured_bytes_per_row
+        else:
+            disk_per_row = measured_bytes_per_row
+    total_bytes = rows * heap_per_row + instances * store_costs.HEAP_PER_INSTANCE
     per_partition = total_bytes // shuffle_partitions
     projected = round(per_partition * growth_factor)
     provider = "rocksdb" if projected >= ROCKSDB_THRESHOLD_BYTES else "hdfs"
@@ -119,14 +154,24 @@ def estimate(
         shape=inputs,
         state_bytes_per_row=state_bytes_per_row,
         bytes_per_row_source=bytes_per_row_source,
+        measured_on=measured_on,
+        measured_bytes_per_row=measured_bytes_per_row,
         shuffle_partitions=shuffle_partitions,
         growth_factor=growth_factor,
         rows=rows,
+        payload_bytes=rows * state_bytes_per_row,
+        heap_bytes_per_row=heap_per_row,
+        store_instances=instances,
+        heap_bytes_per_instance=store_costs.HEAP_PER_INSTANCE,
+        store_costs_source=store_costs.MEASURED_BY,
         total_bytes=total_bytes,
         bytes_per_partition=per_partition,
         projected_bytes_per_partition=projected,
         threshold_bytes=ROCKSDB_THRESHOLD_BYTES,
         recommended_provider=provider,
+        rocksdb_disk_bytes=round(rows * disk_per_row) + instances * store_costs.ROCKSDB_DISK_PER_INSTANCE,
+        rocksdb_memory_bytes=rows * (state_bytes_per_row + costs.memory_overhead_per_row)
+        + instances * store_costs.ROCKSDB_MEMORY_PER_INSTANCE,
     )
 
 
@@ -188,12 +233,19 @@ def report(sizing: Estimate, decision: Decision | None = None) -> str:
         *_beyond_headline(e),
         f"  inputs         = {_inputs(e)}",
         f"  bytes per row  = {num(e.state_bytes_per_row)} B: {e.bytes_per_row_source}",
-        f"  state bytes    = {num(e.rows)} rows x {num(e.state_bytes_per_row)} B"
-        f" = {num(e.total_bytes)} B ({human_bytes(e.total_bytes)})",
+        f"  payload        = {num(e.rows)} rows x {num(e.state_bytes_per_row)} B"
+        f" = {num(e.payload_bytes)} B ({human_bytes(e.payload_bytes)})",
+        f"  store overhead = {_heap_working(e)}",
+        f"  hdfs heap      = {num(e.rows)} x {num(e.heap_bytes_per_row)} B + {num(e.store_instances)} x"
+        f" {num(e.heap_bytes_per_instance)} B = {num(e.total_bytes)} B ({human_bytes(e.total_bytes)}):"
+        " the figure the threshold is applied to",
         f"  per partition  = {num(e.total_bytes)} B / {num(e.shuffle_partitions)} partitions"
         f" = {num(e.bytes_per_partition)} B ({human_bytes(e.bytes_per_partition)})",
         f"  with growth    = x{num(e.growth_factor)} = {num(e.projected_bytes_per_partition)} B"
         f" per partition ({share:.1%} of the {human_bytes(e.threshold_bytes)} threshold)",
+        f"  on rocksdb     = {human_bytes(e.rocksdb_disk_bytes / e.shuffle_partitions)} of local disk and"
+        f" {human_bytes(e.rocksdb_memory_bytes / e.shuffle_partitions)} of native memory per partition"
+        f" ({_rocksdb_source(e)})",
         f"  recommendation = {e.recommended_provider}: {_reason(e, share)}",
     ]
     if decision is not None:
@@ -206,6 +258,27 @@ def report(sizing: Estimate, decision: Decision | None = None) -> str:
         " checkpoint and reprocessing."
     )
     return "\n".join(lines)
+
+
+def _heap_working(e: Estimate) -> str:
+    if e.measured_on == "hdfs":
+        return f"none added: {num(e.heap_bytes_per_row)} B of heap per row is the calibration's measure"
+    overhead = e.heap_bytes_per_row - e.state_bytes_per_row
+    return (
+        f"+{num(overhead)} B of heap per row and {num(e.heap_bytes_per_instance)} B per store instance"
+        f" on the HDFS-backed store for {e.operator} (objects, hash-map entries, the versions kept"
+        f" loaded; {e.store_costs_source})"
+    )
+
+
+def _rocksdb_source(e: Estimate) -> str:
+    if e.measured_on == "rocksdb":
+        return "disk as the calibration measured it"
+    costs = store_costs.COSTS[e.operator]
+    return (
+        f"SST files at x{costs.disk_ratio:g} the payload, native memory +{num(costs.memory_overhead_per_row)} B"
+        f" per row with changelog checkpointing, and per store instance; {e.store_costs_source}"
+    )
 
 
 def _beyond_headline(e: Estimate) -> list[str]:

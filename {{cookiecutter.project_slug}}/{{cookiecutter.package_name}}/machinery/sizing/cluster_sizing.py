@@ -7,8 +7,8 @@ partitions is pinned in the checkpoint (the job's guard refuses a changed spark.
 
 Memory, per provider:
 - hdfs keeps the state in the executor's JVM heap, outside Spark's unified memory region
-  (spark.memory.fraction, 0.6 of the heap after 300 MiB reserved), together with the versions it
-  retains, which share rows but copy the map: taken here as twice the state.
+  (spark.memory.fraction, 0.6 of the heap after 300 MiB reserved): the estimate's heap footprint,
+  which counts the versions the store keeps loaded.
 - rocksdb keeps it in native memory and on local disk. Native memory is not heap: it must fit in
   spark.executor.memoryOverhead, so RocksDB's bounded memory (one budget per executor shared by all
   its instances) and the overhead must agree. Unbounded, every instance has its own block cache and
@@ -28,7 +28,6 @@ MIB = 1024**2
 GIB = 1024**3
 RESERVED_HEAP = 300 * MIB  # Spark's reserved system memory
 UNIFIED_MEMORY_FRACTION = 0.6  # spark.memory.fraction's default
-HDFS_VERSIONS_FACTOR = 2  # the current state plus the map copies of the retained versions
 ROCKSDB_MIN_BUDGET_MB = 500  # Spark's default maxMemoryUsageMB
 # Above this the budget is a cache of the hot part of the state; the rest is read from local disk.
 ROCKSDB_MAX_BUDGET_MB = 4096
@@ -87,7 +86,12 @@ def size_cluster(
     if executors < 1:
         raise ValueError(f"executors must be a whole number of 1 or more, got {executors}")
     memory = parse_memory(memory_field, executor_memory)
-    per_partition = sizing.projected_bytes_per_partition
+    # The state per partition in the memory the provider keeps it in (the growth factor applied).
+    if provider == "hdfs":
+        per_partition = sizing.projected_bytes_per_partition
+    else:
+        per_partition = round(sizing.rocksdb_memory_bytes / sizing.shuffle_partitions * sizing.growth_factor)
+    disk_per_partition = round(sizing.rocksdb_disk_bytes / sizing.shuffle_partitions * sizing.growth_factor)
     partitions_per_executor = math.ceil(sizing.shuffle_partitions / executors)
     per_executor = partitions_per_executor * per_partition
     lines = [
@@ -104,7 +108,13 @@ def size_cluster(
         confs, more, warnings = _hdfs_memory(per_executor, memory)
     else:
         confs, more, warnings = _rocksdb_memory(
-            per_executor, partitions_per_executor, memory, bounded_memory, max_memory_usage_mb, memory_overhead
+            per_executor,
+            partitions_per_executor * disk_per_partition,
+            partitions_per_executor,
+            memory,
+            bounded_memory,
+            max_memory_usage_mb,
+            memory_overhead,
         )
     return ClusterSizing(
         executors=executors,
@@ -120,11 +130,10 @@ def size_cluster(
 
 
 def _hdfs_memory(per_executor: int, memory: int) -> tuple[dict[str, str], list[str], list[str]]:
-    state_heap = HDFS_VERSIONS_FACTOR * per_executor
-    needed = RESERVED_HEAP + math.ceil(state_heap / (1 - UNIFIED_MEMORY_FRACTION))
+    needed = RESERVED_HEAP + math.ceil(per_executor / (1 - UNIFIED_MEMORY_FRACTION))
     suggested_gib = max(1, math.ceil(needed / GIB))
     lines = [
-        f"hdfs heap      = {HDFS_VERSIONS_FACTOR} x {human_bytes(per_executor)} (state and retained versions)"
+        f"hdfs heap      = {human_bytes(per_executor)} (the heap footprint, retained versions included)"
         f" in the {1 - UNIFIED_MEMORY_FRACTION:.0%} of the heap outside Spark's unified memory, + 300 MiB reserved"
         f" = spark.executor.memory of at least {human_bytes(needed)}: suggest {suggested_gib}g",
     ]
@@ -140,6 +149,7 @@ def _hdfs_memory(per_executor: int, memory: int) -> tuple[dict[str, str], list[s
 
 def _rocksdb_memory(
     per_executor: int,
+    disk_per_executor: int,
     instances: int,
     memory: int,
     bounded: bool,
@@ -157,7 +167,7 @@ def _rocksdb_memory(
         f" and max_memory_usage_mb: {suggested_budget}",
         f"overhead       = budget {num(suggested_budget)} MiB + Spark's own {num(base_overhead)} MiB"
         f" (max(384 MiB, 10% of the heap)) = spark.executor.memoryOverhead {suggested_overhead}m",
-        f"local disk     = about {human_bytes(2 * per_executor)} per executor in spark.local.dir"
+        f"local disk     = about {human_bytes(2 * disk_per_executor)} per executor in spark.local.dir"
         " (the SST files and the copy being uploaded)",
     ]
     warnings = []

@@ -67,6 +67,12 @@ def test_rocksdb_budget_and_overhead_agree_and_a_short_overhead_is_flagged():
     assert "each of the 4 instances on an executor takes up to 136 MiB" in unbounded.lines[-1]
     (warning,) = unbounded.warnings
     assert "spark.executor.memoryOverhead 600m (600 MiB) is less than RocksDB's 544 MiB + 384 MiB" in warning
+    # A join keeps four stores per partition (each side's keys and values): 16 instances on an executor.
+    join = estimate(1, "500 seconds", 64, 10, operator="stream_stream_join")
+    assert (
+        "each of the 16 instances on an executor takes up to 136 MiB"
+        in (size_cluster(join, "rocksdb", 3, "8g", False, 500, None).lines[-1])
+    )
     # A large state per executor caps the budget at 4 GiB, a cache of part of it.
     big = size_cluster(SIZING, "rocksdb", 1, "1g", True, 500, None)
     native_mb = math.ceil(SIZING.rocksdb_memory_bytes / MIB)  # all 10 partitions on one executor

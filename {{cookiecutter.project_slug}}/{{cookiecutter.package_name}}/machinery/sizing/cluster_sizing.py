@@ -110,7 +110,8 @@ def size_cluster(
         confs, more, warnings = _rocksdb_memory(
             per_executor,
             partitions_per_executor * disk_per_partition,
-            partitions_per_executor,
+            # Store instances, not partitions: a join has four stores per partition.
+            partitions_per_executor * (sizing.store_instances // sizing.shuffle_partitions),
             memory,
             bounded_memory,
             max_memory_usage_mb,

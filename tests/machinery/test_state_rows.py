@@ -88,9 +88,6 @@ def case_settings(tmp_path, keys: int, join: str | None, provider: str):
         query["join"] = {"type": join, "range": f"{RANGE_S} seconds"}
     if BAKED_OPERATOR == "custom_state":
         query["custom_state"] = {"session_timeout": f"{TIMEOUT_S} seconds"}
-    settings = load_settings(write_settings_file(tmp_path / "settings.yaml", changes))
-    payload = example_payload(keys, settings.query.custom_state.recent_events)
-    changes["capacity"]["state_bytes_per_row"] = payload
     return load_settings(write_settings_file(tmp_path / "settings.yaml", changes))
 
 
@@ -108,7 +105,8 @@ def test_the_estimate_is_what_spark_keeps(spark, tmp_path, case):
         footprint = statistics.median(op["memoryUsedBytes"] for op in settled)
     else:
         footprint = statistics.median(int(op["customMetrics"]["rocksdbSstFileSize"]) for op in settled)
-    estimate = settings.sizing(trigger=RATE["advance_per_batch"])
+    payload = example_payload(keys, settings.query.custom_state.recent_events)
+    estimate = settings.sizing(trigger=RATE["advance_per_batch"], state_bytes_per_row=payload)
     estimated = estimate.total_bytes if provider == "hdfs" else estimate.rocksdb_disk_bytes
     print(
         f"{BAKED_OPERATOR} {case} on {provider}: rows Spark {rows:,.0f}, estimate {estimate.rows:,}"

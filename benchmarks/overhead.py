@@ -163,9 +163,16 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def write_results(folder: Path, result: dict) -> None:
+def save(folder: Path, name: str, result: dict, lines: list[str]) -> None:
+    """Write a benchmark's figures as NAME.json and its report as NAME.md (ending with the machine), and print it."""
+    lines = [*lines, f"Machine: {result['machine']}.", ""]
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "overhead.json").write_text(json.dumps(result, indent=2) + "\n")
+    (folder / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (folder / f"{name}.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+def write_results(folder: Path, result: dict) -> None:
     medians = result["median_seconds"]
     lines = [
         "# Template overhead",
@@ -184,11 +191,8 @@ def write_results(folder: Path, result: dict) -> None:
         "",
         f"Input: {result['input']}. Query: {result['query']}. Rows written by each: {result['rows_written']}.",
         "",
-        f"Machine: {result['machine']}.",
-        "",
     ]
-    (folder / "overhead.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    save(folder, "overhead", result, lines)
 
 
 if __name__ == "__main__":

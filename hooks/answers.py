@@ -28,6 +28,7 @@ WHOLE_NUMBER = re.compile(r"^\d+$")
 # A number as people write one: 10000, 2.5, .5, 1e6, 1.5E+3 (no sign, no thousands separator).
 NUMBER = re.compile(r"^(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 DURATIONS = ("watermark", "window", "join_range", "session_timeout")
+AUTO_OR_WHOLE = ("shuffle_partitions", "max_cores")
 # Beyond what any Spark cluster runs: baked, with a loud warning naming the figure.
 MAX_PLAUSIBLE_ROWS_PER_SECOND = 10**9
 MAX_PLAUSIBLE_STATE_BYTES = 2**50  # 1 PiB
@@ -54,20 +55,31 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
     result: dict[str, Any] = {"problems": found, "warnings": []}
     if found:
         return result
-    capacity = machinery["sizing.capacity"]
-    sizing = capacity.estimate(**sizing_inputs(answers))
+    capacity, partitions = machinery["sizing.capacity"], machinery["sizing.partitions"]
+    cores = optional_whole(answers["max_cores"])
+    explicit = optional_whole(answers["shuffle_partitions"])
+    count = explicit or (partitions.UNKNOWN_CORES_PARTITIONS if cores is None else partitions.for_cores(cores))
     try:
-        decision = capacity.decide(answers["state_store_provider"], bool(answers["changelog_checkpointing"]), sizing)
+        sizing, decision = size(capacity, answers, count)
+        advice = partitions.advise(cores, decision.provider, sizing)
+        if explicit is None and advice.recommended != count:
+            # auto: the state asks for more partitions than the cores do; size again at that count.
+            count = advice.recommended
+            sizing, decision = size(capacity, answers, count)
     except ValueError as error:  # a pairing such as custom_state with hdfs
         result["problems"] = [f"{error}."]
         return result
+    partition_lines = partitions.describe(advice, count, sizing)
     result.update(
         warnings=implausible(answers, sizing),
         provider=decision.provider,
         changelog_checkpointing=decision.changelog_checkpointing,
-        decision_comment=decision_comment(answers, sizing, decision),
+        shuffle_partitions=count,
+        max_cores=cores,
+        decision_comment=decision_comment(answers, sizing, decision, partition_lines),
         against_recommendation=decision.against_recommendation,
-        report=capacity.report(sizing, decision),
+        against_partition_advice=bool(partitions.against(advice, count, sizing)),
+        report=capacity.report(sizing, decision, partition_lines),
         rate_source_rows_per_second=rate_source_rows(number(answers["input_rows_per_second"])),
         join_rate_source_rows_per_second=rate_source_rows(join_rate(answers)),
         numbers={name: yaml_number(number(answers[name])) for name in ("input_rows_per_second", "state_growth_factor")}
@@ -88,7 +100,8 @@ def load_machinery(folder: Path) -> dict[str, ModuleType]:
     sys.modules[name] = package
     try:
         spec.loader.exec_module(package)
-        return {module: importlib.import_module(f"{name}.{module}") for module in ("durations", "sizing.capacity")}
+        modules = ("durations", "sizing.capacity", "sizing.partitions")
+        return {module: importlib.import_module(f"{name}.{module}") for module in modules}
     finally:
         for loaded in [key for key in sys.modules if key == name or key.startswith(f"{name}.")]:
             del sys.modules[loaded]
@@ -135,7 +148,8 @@ def number_problems(answers: dict[str, Any]) -> list[str]:
     checks = [
         ("input_rows_per_second", "a number of rows per second greater than zero, like 10000 or 2.5"),
         ("state_bytes_per_row", "a whole number of bytes greater than zero, like 64"),
-        ("shuffle_partitions", "a whole number of partitions greater than zero, like 200"),
+        ("shuffle_partitions", "auto, or a whole number of partitions greater than zero, like 200"),
+        ("max_cores", "auto, or a whole number of cores greater than zero, like 16"),
         ("state_growth_factor", "a number of 1 or more, like 1 or 2.5"),
     ]
     # Used (and written) by the join only; by default it repeats input_rows_per_second, checked above.
@@ -143,7 +157,9 @@ def number_problems(answers: dict[str, Any]) -> list[str]:
         checks.append(("join_input_rows_per_second", "a number of rows per second greater than zero, like 500"))
     for name, expected in checks:
         text = str(answers[name]).strip()
-        whole = name in ("state_bytes_per_row", "shuffle_partitions")
+        if name in AUTO_OR_WHOLE and text == "auto":
+            continue
+        whole = name in ("state_bytes_per_row", *AUTO_OR_WHOLE)
         if text.startswith(("-", "+")):
             found.append(f"{name} {answers[name]!r} has a sign: write {expected}.")
         elif whole and NUMBER.match(text) and not WHOLE_NUMBER.match(text):
@@ -202,13 +218,25 @@ def rate_source_rows(value: float | None) -> int | None:
     return None if value is None else max(1, math.ceil(value))
 
 
-def sizing_inputs(answers: dict[str, Any]) -> dict[str, Any]:
+def optional_whole(text: Any) -> int | None:
+    """A checked answer that is auto (None) or a whole number."""
+    text = str(text).strip()
+    return None if text == "auto" else int(text)
+
+
+def size(capacity: ModuleType, answers: dict[str, Any], partitions: int) -> tuple[Any, Any]:
+    """The estimate at this partition count and the provider decision it leads to."""
+    sizing = capacity.estimate(**sizing_inputs(answers, partitions))
+    return sizing, capacity.decide(answers["state_store_provider"], bool(answers["changelog_checkpointing"]), sizing)
+
+
+def sizing_inputs(answers: dict[str, Any], partitions: int) -> dict[str, Any]:
     cardinality = str(answers["key_cardinality"]).strip()
     return {
         "input_rows_per_second": number(answers["input_rows_per_second"]),
         "watermark": answers["watermark"],
         "state_bytes_per_row": int(answers["state_bytes_per_row"]),
-        "shuffle_partitions": int(answers["shuffle_partitions"]),
+        "shuffle_partitions": partitions,
         "growth_factor": number(answers["state_growth_factor"]),
         "operator": answers["stateful_operator"],
         "window": answers["window"],
@@ -238,7 +266,7 @@ def implausible(answers: dict[str, Any], sizing: Any) -> list[str]:
     return warnings
 
 
-def decision_comment(answers: dict[str, Any], sizing: Any, decision: Any) -> list[str]:
+def decision_comment(answers: dict[str, Any], sizing: Any, decision: Any, partition_lines: list[str]) -> list[str]:
     """The sizing written beside the provider key, so that the reasoning travels with the setting."""
     e, package = sizing, answers["package_name"]
     return [
@@ -260,6 +288,8 @@ def decision_comment(answers: dict[str, Any], sizing: Any, decision: Any) -> lis
         f"  recommended: {e.recommended_provider}; requested: {answers['state_store_provider']};"
         f" written: {decision.provider}",
         *decision.notes,
+        f"shuffle_partitions requested: {answers['shuffle_partitions']}; max_cores: {answers['max_cores']}",
+        *partition_lines,
         "The provider and spark.shuffle_partitions are pinned into the checkpoint at the first run;",
         "changing either later needs a new checkpoint location and reprocessing.",
     ]

@@ -30,7 +30,7 @@ def written_provider(settings: Path) -> str | None:
 
 
 def main() -> int:
-    loud = REVIEW["against_recommendation"] or REVIEW["warnings"]
+    loud = REVIEW["against_recommendation"] or REVIEW["against_partition_advice"] or REVIEW["warnings"]
     out = sys.stderr if loud else sys.stdout
     if loud:
         print(BANNER, file=out)

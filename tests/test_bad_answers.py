@@ -37,6 +37,10 @@ BAD_ANSWERS = [
     ({"state_bytes_per_row": "1.5"}, "state_bytes_per_row '1.5' is not a whole number: write a whole number of bytes"),
     ({"shuffle_partitions": "0"}, "shuffle_partitions '0' is not greater than zero"),
     ({"shuffle_partitions": "1e3"}, "shuffle_partitions '1e3' is not a whole number"),
+    ({"shuffle_partitions": "automatic"}, "shuffle_partitions 'automatic' is not a number: write auto, or a whole"),
+    ({"max_cores": "0"}, "max_cores '0' is not greater than zero: write auto, or a whole number of cores"),
+    ({"max_cores": "2.5"}, "max_cores '2.5' is not a whole number"),
+    ({"max_cores": "many"}, "max_cores 'many' is not a number"),
     ({"state_growth_factor": "0.5"}, "state_growth_factor '0.5' is below 1"),
     ({"key_cardinality": "many"}, "key_cardinality 'many' is not valid: write a whole number of distinct keys"),
     ({"key_cardinality": "0"}, "key_cardinality '0' is not valid"),
@@ -77,6 +81,7 @@ def test_all_bad_answers_are_reported_at_once(out, capfd):
     bad = {
         "input_rows_per_second": "fast",
         "shuffle_partitions": "-1",
+        "max_cores": "+8",
         "package_name": "2fast",
         "watermark": "soon",
         "window": "-1 minute",

@@ -267,6 +267,54 @@ def test_choice_against_the_sizing_is_kept_with_a_loud_warning(out, capfd):
     assert "# WARNING: you chose hdfs" in (project / "settings.yaml").read_text()
 
 
+def test_partitions_are_advised_from_the_cores_with_the_reasoning(out, capfd):
+    project = bake(out, max_cores="3")
+    printed = capfd.readouterr()
+    # 2 tasks per core x 3 cores; the default state, 6,600,000 rows x 381 B of heap + 6 x 470 B, at 6 partitions.
+    settings = settings_of(project)
+    assert (settings["spark"]["shuffle_partitions"], settings["capacity"]["max_cores"]) == (6, 3)
+    assert "shuffle partitions = 6, advised 6:" in printed.out
+    assert "!" * 78 not in printed.out + printed.err
+    text = (project / "settings.yaml").read_text()
+    assert "  # shuffle_partitions requested: auto; max_cores: 3\n  # shuffle partitions = 6, advised 6:" in text
+    assert "  #   2 tasks per core x 3 cores = 6\n" in text
+    assert "per partition = 2,514,602,820 B / 6 = 419,100,470 B" in text
+    # The job's own estimate gives the same advice from settings.yaml.
+    report = run_in(project, "-m", "stream_job", "estimate").stdout
+    assert "  shuffle partitions = 6, advised 6:\n    2 tasks per core x 3 cores = 6\n" in report
+
+
+def test_partitions_are_raised_for_a_large_state(out):
+    # RocksDB's disk with growth: 3,660,000,000 rows x 100 B x 0.55 (+ instances) is 188 GiB, x 2 growth
+    # = 375 GiB; within 8 GiB per partition that is 47 partitions, rounded up to a multiple of 4 cores.
+    project = bake(out, **LARGE_STATE, max_cores="4", state_growth_factor="2")
+    settings = settings_of(project)
+    assert (settings["spark"]["shuffle_partitions"], settings["state_store"]["provider"]) == (48, "rocksdb")
+    assert (
+        "raised to 48: 375.0 GiB of local disk with growth needs 47 partitions"
+        in (project / "settings.yaml").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    ("answers", "warning"),
+    [
+        ({"max_cores": "8", "shuffle_partitions": "200"}, "every batch runs 25 waves of state-store tasks"),
+        ({"max_cores": "8", "shuffle_partitions": "4"}, "the stateful stage can never use more than 4 of them"),
+        ({**LARGE_STATE, "shuffle_partitions": "2"}, "holds 93.7 GiB of local disk with growth, beyond 8.0 GiB"),
+    ],
+    ids=["too-many", "too-few", "too-large"],
+)
+def test_partitions_against_the_advice_are_kept_with_a_loud_warning(out, capfd, answers, warning):
+    project = bake(out, **answers)
+    printed = capfd.readouterr()
+    assert "!" * 78 in printed.err
+    assert warning in printed.err
+    assert "Kept as chosen; check it before the first run, because the checkpoint pins it." in printed.err
+    assert settings_of(project)["spark"]["shuffle_partitions"] == int(answers["shuffle_partitions"])
+    assert warning in (project / "settings.yaml").read_text()
+
+
 def test_growth_factor_moves_the_decision(out):
     # 12,573,470 B of heap per partition x 600 = 7,544,082,000 B: over 1 GiB.
     project = bake(out, state_growth_factor="600")

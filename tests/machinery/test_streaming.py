@@ -137,14 +137,20 @@ def test_spark_submit_main_py(spark, write_settings, tmp_path):
     assertDataFrameEqual(spark.read.parquet(str(tmp_path / "output")), expected_rows(spark, committed))
 
 
-def test_python_main_py_uses_the_settings_master_and_console_sink(write_settings, tmp_path):
+def test_python_main_py_uses_the_settings_master_console_sink_and_local_partitions(write_settings, tmp_path):
     changes = stream_changes(tmp_path, PROVIDERS["hdfs"])
-    changes["spark"]["master"] = "local[1]"
+    changes["spark"].update(master="local[1]", shuffle_partitions=7)
     changes["sink"] = {"type": "console", "output_mode": "update"}
     path = write_settings(changes)
-    result = run_python("main.py", "--settings", str(path), "--max-batches", "2", env=clean_env())
+    result = run_python("main.py", "--settings", str(path), "--max-batches", "2", "--local-partitions", env=clean_env())
     assert result.returncode == 0, result.stderr[-3000:]
+    # --local-partitions (make demo): 2 per core of the local master, said, used and pinned.
+    assert "partitions: 2 shuffle partitions (2 per core of local[1]) in place of spark.shuffle_partitions 7" in (
+        result.stdout
+    )
     assert "on local[1], rate -> console, state store hdfs, 2 shuffle partitions" in result.stdout
+    offsets = json.loads((tmp_path / "checkpoint" / "offsets" / "0").read_text().splitlines()[1])
+    assert offsets["conf"]["spark.sql.shuffle.partitions"] == "2"
     # update mode prints every changed window: batch 0 holds minute 0 with 4 events per key.
     assert "|1970-01-01 00:00:00|1970-01-01 00:01:00|key-0|4     |" in result.stdout
     assert last_committed_batch(tmp_path / "checkpoint") >= 1

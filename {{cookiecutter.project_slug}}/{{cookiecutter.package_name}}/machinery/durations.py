@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+# The trigger that is not a duration: run what is there, in batches, then stop.
+AVAILABLE_NOW = "available_now"
 # Units Spark's interval parser accepts for a watermark. Months and years are refused on
 # purpose: Spark counts a month as 31 days there, which is never what a user means.
 _UNIT_SECONDS = {

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .durations import named_duration
+from .durations import AVAILABLE_NOW, named_duration
 from .figures import num, require_positive
 
 # A row count and the working that led to it, for the report.
@@ -41,7 +41,7 @@ def _aggregation_rows(rate: float, watermark_s: float, window: str, key_cardinal
 def batch_seconds(trigger: str) -> float:
     """The event time one batch covers at steady state: the trigger interval (none for available_now,
     whose batches are as large as the backlog)."""
-    return 0.0 if trigger == "available_now" else named_duration("trigger", trigger)
+    return 0.0 if trigger == AVAILABLE_NOW else named_duration("trigger", trigger)
 
 
 def _deduplication_rows(rate: float, watermark_s: float, trigger: str) -> Rows:

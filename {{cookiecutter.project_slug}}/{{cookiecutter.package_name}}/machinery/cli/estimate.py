@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..operators import NAMES
 from ..settings import Settings, load_settings
-from ..sizing import capacity
+from ..sizing import capacity, partitions
 from ..sizing.cluster_sizing import DEFAULT_EXECUTOR_MEMORY, ClusterSizing, cluster_report, size_cluster
+from ..sizing.partitions import PartitionAdvice
 from .arguments import EXIT_BAD_INPUT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
 
 if TYPE_CHECKING:
@@ -54,6 +55,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     estimate.add_argument("--join-rate", type=positive_float, help="stream_stream_join: join_source rows per second")
     estimate.add_argument("--join-range", help="stream_stream_join: the join's time range, such as '15 minutes'")
     estimate.add_argument("--session-timeout", help="custom_state: inactivity that closes a session")
+    estimate.add_argument(
+        "--max-cores", type=positive_int, help="the most cores the job will run on, for the partition advice"
+    )
     estimate.add_argument(
         "--calibrate",
         action="store_true",
@@ -132,17 +136,29 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"estimate error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    advice = partition_advice(settings, sizing, args.max_cores)
     if args.json:
         result = sizing.to_dict()
+        result["partitions"] = asdict(advice) | {
+            "against": partitions.against(advice, sizing.shuffle_partitions, sizing)
+        }
         if calibration is not None:
             result["calibration"] = calibration.to_dict()
         if cluster is not None:
             result["cluster"] = asdict(cluster)
         print(json.dumps(result, indent=2))
     else:
-        print(capacity.report(sizing))
+        print(capacity.report(sizing, partition_lines=partitions.describe(advice, sizing.shuffle_partitions, sizing)))
         print(cluster_report(cluster) if cluster else CLUSTER_HINT)
     return 0
+
+
+def partition_advice(settings: Settings | None, sizing: capacity.Estimate, max_cores: int | None) -> PartitionAdvice:
+    """The advice for the settings' provider (else the recommended one) and cores (else --max-cores)."""
+    if max_cores is None and settings is not None:
+        max_cores = settings.capacity.max_cores
+    provider = sizing.recommended_provider if settings is None else settings.state_store.provider
+    return partitions.advise(max_cores, provider, sizing)
 
 
 def cluster_sizing_of(

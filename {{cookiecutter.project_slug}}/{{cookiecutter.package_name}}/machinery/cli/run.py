@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import TextIO
 
 from ..checkpoint.guard import RESTORE_OR_RESTART, GuardReport, check_checkpoint, empty_state_files
+from ..contract import PACKAGE
 from ..endpoints.delta_writer import require_deltalake
 from ..settings import Settings, SettingsError, load_settings, nearest_existing_folder
+from ..sizing.partitions import TASKS_PER_CORE, for_cores, local_cores
 from ..text import first_line
 from .arguments import EXIT_CHECKPOINT_DRIFT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
 
@@ -21,11 +23,19 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_settings_argument(run)
     run.add_argument("--max-batches", type=positive_int, help="stop gracefully after N committed micro-batches")
     run.add_argument("--timeout", type=positive_float, metavar="SECONDS", help="stop gracefully after SECONDS")
+    run.add_argument(
+        "--local-partitions",
+        action="store_true",
+        help="use the shuffle partitions advised for the cores of a local spark.master instead of"
+        " spark.shuffle_partitions (for a demo or scratch checkpoint: the first run pins the count)",
+    )
     run.set_defaults(handler=cmd_run)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
+    if args.local_partitions:
+        settings = with_local_partitions(settings, sys.stdout)
     problems = settings.problems_before_run()
     if problems:
         raise SettingsError(problems)
@@ -62,6 +72,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     return 0
+
+
+def with_local_partitions(settings: Settings, remarks_to: TextIO) -> Settings:
+    """The settings with the partition count advised for the local master's cores, said in one line."""
+    cores = local_cores(settings.spark.master)
+    if cores is None:
+        raise SettingsError(
+            [
+                f"--local-partitions needs a local spark.master such as local[2], not {settings.spark.master!r};"
+                f" on a cluster set spark.shuffle_partitions (python -m {PACKAGE} estimate advises one)"
+            ]
+        )
+    count = for_cores(cores)
+    print(
+        f"partitions: {count} shuffle partitions ({TASKS_PER_CORE} per core of {settings.spark.master}) in place"
+        f" of spark.shuffle_partitions {settings.spark.shuffle_partitions}; checkpoint"
+        f" {settings.query.checkpoint_location} pins them",
+        file=settings.monitoring.remarks_to(remarks_to),
+    )
+    spark = settings.spark.model_copy(update={"shuffle_partitions": count})
+    return settings.model_copy(update={"spark": spark})
 
 
 def guard_passes(report: GuardReport, notes_to: TextIO | None = None) -> bool:

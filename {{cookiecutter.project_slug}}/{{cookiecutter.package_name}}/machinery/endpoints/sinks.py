@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from ..durations import AVAILABLE_NOW
 from ..settings import QuerySettings, SinkSettings
 from .delta_writer import DeltaLakeBatchWriter
 
@@ -31,6 +32,6 @@ def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings) -> 
 
 
 def _with_trigger(writer: DataStreamWriter, trigger: str) -> DataStreamWriter:
-    if trigger == "available_now":
+    if trigger == AVAILABLE_NOW:
         return writer.trigger(availableNow=True)
     return writer.trigger(processingTime=trigger)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ..durations import parse_duration
+from ..durations import AVAILABLE_NOW, parse_duration
 from ..operators import NAMES, OPERATORS
 from ..sizing import capacity
 from ..sizing.capacity import Estimate
@@ -317,7 +317,7 @@ class QuerySettings(Section):
     @field_validator("trigger")
     @classmethod
     def _trigger(cls, value: str) -> str:
-        return value if value == "available_now" else _duration(value)
+        return value if value == AVAILABLE_NOW else _duration(value)
 
     def state_span(self) -> str | None:
         """The duration a state row lives on top of the watermark (the window, the join range, the
@@ -340,6 +340,8 @@ class CapacitySettings(Section):
         None, gt=0, description="rows per second greater than zero, or null"
     )
     state_bytes_per_row: int = Field(gt=0, description="bytes greater than zero")
+    # The most cores the job will run on, for the shuffle-partition advice; null: not known.
+    max_cores: int | None = Field(None, gt=0, description="a whole number of cores greater than zero, or null")
     state_growth_factor: float = Field(1.0, ge=1, description="a number of 1 or more")
 
 
@@ -385,7 +387,7 @@ class Settings(BaseSettings):
     def _trigger_fits_source(self) -> Settings:
         for section, source in self.inputs.items():
             rate_by_clock = source.type == "rate" and source.rate.rows_per_batch is None
-            if self.query.trigger == "available_now" and rate_by_clock:
+            if self.query.trigger == AVAILABLE_NOW and rate_by_clock:
                 raise ValueError(
                     f"query.trigger available_now does not work with the clock-driven rate source of {section}"
                     f" (Spark runs one empty batch); set {section}.rate.rows_per_batch, or use an interval such"

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from ..durations import parse_duration
+from ..durations import AVAILABLE_NOW, parse_duration
 from ..endpoints.sample_input import UNIQUE_KEYS, write_for_settings
 from ..runtime.job import run_query
 from ..runtime.session import apply_confs
@@ -119,7 +119,7 @@ def trial_settings(settings: Settings, scratch: Path) -> Settings:
             "files": {"path": str(scratch / "landing-join"), "max_files_per_trigger": 1},
         }
     data["sink"] = {"type": "parquet", "output_mode": "append", "path": str(scratch / "output")}
-    data["query"].update(name="calibrate", checkpoint_location=str(scratch / "checkpoint"), trigger="available_now")
+    data["query"].update(name="calibrate", checkpoint_location=str(scratch / "checkpoint"), trigger=AVAILABLE_NOW)
     # Without changelog checkpointing RocksDB flushes its SST files at every commit, so their size
     # is current; the bytes a row takes do not depend on how changes are uploaded.
     data["state_store"]["changelog_checkpointing"] = False

@@ -14,6 +14,7 @@ operators.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ..durations import named_duration
@@ -220,8 +221,9 @@ def decide(requested_provider: str, changelog_checkpointing: bool, sizing: Estim
     return Decision(provider, changelog, against, tuple(notes))
 
 
-def report(sizing: Estimate, decision: Decision | None = None) -> str:
-    """The sizing report: every step of the napkin math, the recommendation and its reasons."""
+def report(sizing: Estimate, decision: Decision | None = None, partition_lines: Sequence[str] = ()) -> str:
+    """The sizing report: every step of the napkin math, the recommendation and its reasons, and the
+    partition advice (partitions.describe) when given."""
     e = sizing
     share = e.projected_bytes_per_partition / e.threshold_bytes
     lines = [
@@ -252,6 +254,7 @@ def report(sizing: Estimate, decision: Decision | None = None) -> str:
         changelog = "on" if decision.changelog_checkpointing else "off"
         lines.append(f"  chosen         = {decision.provider}, changelog checkpointing {changelog}")
         lines.extend(f"  {note}" for note in decision.notes)
+    lines.extend(f"  {line}" for line in partition_lines)
     lines.append(
         "  Note: the provider and the number of shuffle partitions are pinned into the checkpoint"
         " at the first run; Spark ignores later changes to either. Changing them means a new"

@@ -1,0 +1,140 @@
+"""Shuffle-partition advice: how many state partitions to pin into the checkpoint.
+
+Every micro-batch runs one state-store task per partition of each stateful operator, and the first
+run pins the count into the checkpoint. Too few partitions leave cores idle in the stateful stage for
+the job's whole life; too many make every batch pay a task's fixed cost (scheduling, loading and
+committing a store) per partition: on 2 cores `make demo` runs several times slower with Spark's
+default 200 than with 4 (benchmarks/results/demo_partitions.md). The advice:
+TASKS_PER_CORE x the most cores the job will run on; on RocksDB raised until each partition's store
+stays within ROCKSDB_COMFORT_BYTES of disk, and kept a multiple of the cores so that every wave of
+tasks fills them.
+
+Standard library only: the bake runs it under cookiecutter's Python (hooks/answers.py).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+
+from ..figures import human_bytes, num
+from .capacity import Estimate
+
+# Databricks advises 1 to 2 x the cores for stateful queries; 2 gives a skewed partition's task
+# another core to wait on instead of stretching the whole batch.
+TASKS_PER_CORE = 2
+# Cores not known: Spark's own default, enough for clusters of up to 200 cores.
+UNKNOWN_CORES_PARTITIONS = 200
+# RocksDB's local disk per partition, at most. A judgement: a partition's store is downloaded whole
+# by one task when the partition moves to another executor, and 8 GiB takes about a minute at
+# 150 MB/s. The HDFS-backed store has no such bound here: more partitions do not shrink an
+# executor's heap, so a large state is answered by the provider (capacity.py), not by partitions.
+ROCKSDB_COMFORT_BYTES = 8 * 1024**3
+# An explicit count above this multiple of the advice is warned about: every batch pays for it.
+TOO_MANY_FACTOR = 2
+LOCAL_MASTER = re.compile(r"^local(?:\[(\d+|\*)(?:,\d+)?\])?$")
+
+
+@dataclass(frozen=True)
+class PartitionAdvice:
+    """The count to pin, and why."""
+
+    max_cores: int | None
+    provider: str
+    recommended: int
+    reasons: tuple[str, ...]
+
+
+def for_cores(cores: int) -> int:
+    """The partitions that keep `cores` busy: TASKS_PER_CORE tasks each."""
+    return TASKS_PER_CORE * cores
+
+
+def advise(max_cores: int | None, provider: str, sizing: Estimate) -> PartitionAdvice:
+    """The partitions for the most cores the job will run on (None: not known) and the state the
+    provider will hold, with growth."""
+    if max_cores is not None and max_cores < 1:
+        raise ValueError(f"max_cores must be a whole number of 1 or more, got {max_cores!r}")
+    if max_cores is None:
+        base = UNKNOWN_CORES_PARTITIONS
+        reasons = [
+            f"max_cores not known: Spark's default {base}, enough for up to {base} cores"
+            " (answer max_cores, capacity.max_cores, for a count fitted to your cluster)"
+        ]
+    else:
+        base = for_cores(max_cores)
+        reasons = [f"{TASKS_PER_CORE} tasks per core x {num(max_cores)} cores = {num(base)}"]
+    recommended = base
+    if provider == "hdfs":
+        reasons.append(
+            f"each holds {human_bytes(sizing.total_bytes * sizing.growth_factor / base)} of heap with growth;"
+            " more partitions do not shrink an executor's heap: a state too large for it needs rocksdb"
+        )
+    else:
+        disk = sizing.rocksdb_disk_bytes * sizing.growth_factor
+        needed = math.ceil(disk / ROCKSDB_COMFORT_BYTES)
+        if needed <= base:
+            reasons.append(
+                f"each holds {human_bytes(disk / base)} of local disk with growth, within"
+                f" {human_bytes(ROCKSDB_COMFORT_BYTES)} per partition"
+            )
+        else:
+            step = max_cores or 1
+            recommended = math.ceil(needed / step) * step
+            reasons.append(
+                f"raised to {num(recommended)}: {human_bytes(disk)} of local disk with growth needs {num(needed)}"
+                f" partitions to keep each within {human_bytes(ROCKSDB_COMFORT_BYTES)}"
+                + (f", rounded up to a multiple of {num(max_cores)} cores" if max_cores else "")
+            )
+    return PartitionAdvice(max_cores, provider, recommended, tuple(reasons))
+
+
+def against(advice: PartitionAdvice, partitions: int, sizing: Estimate) -> list[str]:
+    """Why an explicit count goes against the advice, one sentence each; empty when it does not."""
+    found = []
+    cores = advice.max_cores
+    if cores is not None and partitions < cores:
+        found.append(
+            f"{num(partitions)} partitions on up to {num(cores)} cores: the stateful stage can never use more"
+            f" than {num(partitions)} of them"
+        )
+    if cores is not None and partitions > TOO_MANY_FACTOR * advice.recommended:
+        found.append(
+            f"{num(partitions)} partitions on up to {num(cores)} cores: every batch runs"
+            f" {num(math.ceil(partitions / cores))} waves of state-store tasks per stateful operator,"
+            " each with its fixed cost"
+        )
+    disk = sizing.rocksdb_disk_bytes * sizing.growth_factor
+    if advice.provider == "rocksdb" and disk / partitions > ROCKSDB_COMFORT_BYTES:
+        found.append(
+            f"each of {num(partitions)} partitions holds {human_bytes(disk / partitions)} of local disk with"
+            f" growth, beyond {human_bytes(ROCKSDB_COMFORT_BYTES)}"
+        )
+    return found
+
+
+def describe(advice: PartitionAdvice, partitions: int, sizing: Estimate) -> list[str]:
+    """The advice as report lines: the count, each reason, and a warning when the count goes against it."""
+    lines = [f"shuffle partitions = {num(partitions)}, advised {num(advice.recommended)}:"]
+    lines += [f"  {reason}" for reason in advice.reasons]
+    problems = against(advice, partitions, sizing)
+    if problems:
+        lines.append(
+            f"WARNING: {num(partitions)} partitions go against the advice: "
+            + "; ".join(problems)
+            + ". Kept as chosen; check it before the first run, because the checkpoint pins it."
+        )
+    return lines
+
+
+def local_cores(master: str) -> int | None:
+    """The cores a local master runs on (local[N], local[*], local), None for a cluster."""
+    match = LOCAL_MASTER.match(master.strip())
+    if match is None:
+        return None
+    threads = match.group(1)
+    if threads is None:
+        return 1
+    return (os.cpu_count() or 1) if threads == "*" else int(threads)

@@ -7,7 +7,7 @@ benchmarks/handwritten_job.py on the same files with the same Spark confs (the j
 and output. Both outputs must hold the same rows. Prints the wall times and their ratio and writes
 them, with the machine, to RESULTS_DIR/overhead.json and overhead.md.
 
-    .venv/bin/python benchmarks/overhead.py [--rounds 5] [--files 20] [--events-per-file 5000]
+    .venv/bin/python benchmarks/overhead.py [--rounds 7] [--files 20] [--events-per-file 5000]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 HANDWRITTEN = Path(__file__).resolve().with_name("handwritten_job.py")
+PHASES = ("start", "batches", "stop")
 ANSWERS = {
     "source": "files",
     "sink": "parquet",
@@ -40,7 +41,7 @@ ANSWERS = {
 
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=5, help="runs of each, alternating (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=7, help="runs of each, alternating (default: %(default)s)")
     parser.add_argument("--files", type=int, default=20, help="landing files, one per batch (default: %(default)s)")
     parser.add_argument("--events-per-file", type=int, default=5000, help="(default: %(default)s)")
     parser.add_argument("--partitions", type=int, default=8, help="shuffle partitions (default: %(default)s)")
@@ -119,6 +120,7 @@ def main() -> None:
         landing = settings["source"]["files"]["path"]
 
         times: dict[str, list[float]] = {"generated": [], "handwritten": []}
+        phases: dict[str, list[dict[str, float]]] = {"generated": [], "handwritten": []}
         outputs: dict[str, list[tuple]] = {}
         for number in range(args.rounds):
             order = ("generated", "handwritten") if number % 2 == 0 else ("handwritten", "generated")
@@ -136,9 +138,11 @@ def main() -> None:
                     command = [*python, str(HANDWRITTEN), landing, str(output), str(checkpoint),
                                json.dumps(query), json.dumps(confs)]  # fmt: skip
                     run_env = env
-                started = time.perf_counter()
+                launched = time.time()
                 run(command, cwd=project, env=run_env)
-                times[name].append(time.perf_counter() - started)
+                exited = time.time()
+                times[name].append(exited - launched)
+                phases[name].append(run_phases(checkpoint, launched, exited))
                 rows = read_rows(output)
                 if outputs.setdefault(name, rows) != rows:
                     sys.exit(f"{name} wrote other rows in round {number}")
@@ -156,11 +160,26 @@ def main() -> None:
             "median_seconds": {name: statistics.median(values) for name, values in times.items()},
             "ratio_of_medians": statistics.median(times["generated"]) / statistics.median(times["handwritten"]),
             "ratios_per_round": ratios,
+            "median_of_ratios": statistics.median(ratios),
+            "phases": phases,
+            "median_phase_seconds": {
+                name: {phase: statistics.median(run[phase] for run in runs) for phase in PHASES}
+                for name, runs in phases.items()
+            },
             "machine": machine(),
         }
         write_results(args.results_dir, result)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_phases(checkpoint: Path, launched: float, exited: float) -> dict[str, float]:
+    """A run's wall time in three parts, told by its checkpoint's files: until the first batch's
+    offsets are written (process, imports, checks, JVM, planning), the batches until the last
+    commit, and the stop (Spark and the process)."""
+    first = (checkpoint / "offsets" / "0").stat().st_mtime
+    last = max(path.stat().st_mtime for path in (checkpoint / "commits").glob("[0-9]*"))
+    return {"start": first - launched, "batches": last - first, "stop": exited - last}
 
 
 def save(folder: Path, name: str, result: dict, lines: list[str]) -> None:
@@ -186,8 +205,19 @@ def write_results(folder: Path, result: dict) -> None:
             for name, values in result["seconds"].items()
         ),
         "",
-        f"Ratio of medians: **{result['ratio_of_medians']:.3f}**; per round:"
-        f" {', '.join(f'{ratio:.3f}' for ratio in result['ratios_per_round'])}.",
+        f"Median of the per-round ratios: **{result['median_of_ratios']:.3f}**; per round:"
+        f" {', '.join(f'{ratio:.3f}' for ratio in result['ratios_per_round'])};"
+        f" ratio of medians: {result['ratio_of_medians']:.3f}.",
+        "",
+        "Where the time goes (medians, s; start = launch to the first batch's offsets file, batches = to"
+        " the last commit file, stop = to the process's exit):",
+        "",
+        "| run | start | batches | stop |",
+        "| --- | --- | --- | --- |",
+        *(
+            f"| {name} | " + " | ".join(f"{seconds[phase]:.2f}" for phase in PHASES) + " |"
+            for name, seconds in result["median_phase_seconds"].items()
+        ),
         "",
         f"Input: {result['input']}. Query: {result['query']}. Rows written by each: {result['rows_written']}.",
         "",

@@ -27,7 +27,14 @@ def test_overhead_benchmark_runs_both_jobs_and_writes_its_results(tmp_path):
     generated, handwritten = result["seconds"]["generated"], result["seconds"]["handwritten"]
     assert len(generated) == len(handwritten) == 1
     assert result["ratio_of_medians"] == pytest.approx(generated[0] / handwritten[0])
+    assert result["median_of_ratios"] == pytest.approx(generated[0] / handwritten[0])
+    # Each run's three parts, told by its checkpoint's files, add up to its wall time.
+    for name, seconds in result["seconds"].items():
+        (phases,) = result["phases"][name]
+        assert min(phases.values()) > 0
+        assert sum(phases.values()) == pytest.approx(seconds[0])
     # The script exits non-zero when the two outputs differ; both wrote the same closed windows.
     assert result["rows_written"] > 0
     assert (tmp_path / "overhead.md").read_text().startswith("# Template overhead\n")
-    assert "Ratio of medians: **" in done.stdout
+    assert "Median of the per-round ratios: **" in done.stdout
+    assert "| generated | " in done.stdout and "| start | batches | stop |" in done.stdout

@@ -7,6 +7,8 @@ import sys
 import threading
 from typing import Any, TextIO
 
+from py4j.protocol import Py4JError
+from pyspark import SparkContext
 from pyspark.sql.streaming import StreamingQueryListener
 
 from ..text import first_line
@@ -86,8 +88,33 @@ class ProgressPrinter(StreamingQueryListener):
             {"event": "started", "query": name, "query_id": str(event.id), "run_id": str(event.runId)},
         )
 
+    @property
+    def _jlistener(self) -> Any:
+        """The JVM's handle on this listener, through a bridge that passes each progress event as its
+        JSON: PySpark's own bridge turns every event into Python objects first, some 70 Py4J calls,
+        which took about 15 ms a batch on 2 cores, all of the job's cost per batch
+        (benchmarks/overhead.py). It rests on PySpark internals of Spark Classic (checked on 4.2.1);
+        where they are missing, PySpark's bridge is used."""
+        if not hasattr(self, "_jlistenerobj"):
+            try:
+                from pyspark.sql.streaming.listener import JStreamingQueryListener
+
+                printer = self
+
+                class JsonProgressBridge(JStreamingQueryListener):
+                    def onQueryProgress(self, jevent: Any) -> None:
+                        printer.on_progress(json.loads(jevent.progress().json()))
+
+                jvm: Any = SparkContext._jvm
+                self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(JsonProgressBridge(self))
+            except (ImportError, Py4JError, TypeError):
+                return StreamingQueryListener._jlistener.fget(self)  # type: ignore[attr-defined]
+        return self._jlistenerobj
+
     def onQueryProgress(self, event) -> None:
-        progress = json.loads(event.progress.json)
+        self.on_progress(json.loads(event.progress.json))
+
+    def on_progress(self, progress: dict[str, Any]) -> None:
         with self._lock:
             # Idle queries repeat the last batch id in their progress events; count each batch once.
             self._batches.setdefault(progress["id"], set()).add(progress["batchId"])

@@ -58,7 +58,7 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
     capacity, partitions = machinery["sizing.capacity"], machinery["sizing.partitions"]
     cores = optional_whole(answers["max_cores"])
     explicit = optional_whole(answers["shuffle_partitions"])
-    count = explicit or (partitions.UNKNOWN_CORES_PARTITIONS if cores is None else partitions.for_cores(cores))
+    count = explicit or partitions.base_count(cores)
     try:
         sizing, decision = size(capacity, answers, count)
         advice = partitions.advise(cores, decision.provider, sizing)

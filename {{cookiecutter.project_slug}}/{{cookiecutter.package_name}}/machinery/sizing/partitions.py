@@ -52,19 +52,23 @@ def for_cores(cores: int) -> int:
     return TASKS_PER_CORE * cores
 
 
+def base_count(max_cores: int | None) -> int:
+    """The advice before the state is looked at: for the cores, or Spark's default when not known."""
+    return UNKNOWN_CORES_PARTITIONS if max_cores is None else for_cores(max_cores)
+
+
 def advise(max_cores: int | None, provider: str, sizing: Estimate) -> PartitionAdvice:
     """The partitions for the most cores the job will run on (None: not known) and the state the
     provider will hold, with growth."""
     if max_cores is not None and max_cores < 1:
         raise ValueError(f"max_cores must be a whole number of 1 or more, got {max_cores!r}")
+    base = base_count(max_cores)
     if max_cores is None:
-        base = UNKNOWN_CORES_PARTITIONS
         reasons = [
             f"max_cores not known: Spark's default {base}, enough for up to {base} cores"
             " (answer max_cores, capacity.max_cores, for a count fitted to your cluster)"
         ]
     else:
-        base = for_cores(max_cores)
         reasons = [f"{TASKS_PER_CORE} tasks per core x {num(max_cores)} cores = {num(base)}"]
     recommended = base
     if provider == "hdfs":
@@ -73,7 +77,7 @@ def advise(max_cores: int | None, provider: str, sizing: Estimate) -> PartitionA
             " more partitions do not shrink an executor's heap: a state too large for it needs rocksdb"
         )
     else:
-        disk = sizing.rocksdb_disk_bytes * sizing.growth_factor
+        disk = _disk_with_growth(sizing)
         needed = math.ceil(disk / ROCKSDB_COMFORT_BYTES)
         if needed <= base:
             reasons.append(
@@ -106,7 +110,7 @@ def against(advice: PartitionAdvice, partitions: int, sizing: Estimate) -> list[
             f" {num(math.ceil(partitions / cores))} waves of state-store tasks per stateful operator,"
             " each with its fixed cost"
         )
-    disk = sizing.rocksdb_disk_bytes * sizing.growth_factor
+    disk = _disk_with_growth(sizing)
     if advice.provider == "rocksdb" and disk / partitions > ROCKSDB_COMFORT_BYTES:
         found.append(
             f"each of {num(partitions)} partitions holds {human_bytes(disk / partitions)} of local disk with"
@@ -138,3 +142,7 @@ def local_cores(master: str) -> int | None:
     if threads is None:
         return 1
     return (os.cpu_count() or 1) if threads == "*" else int(threads)
+
+
+def _disk_with_growth(sizing: Estimate) -> float:
+    return sizing.rocksdb_disk_bytes * sizing.growth_factor

@@ -77,6 +77,8 @@ def main() -> None:
                                 int((op.get("customMetrics") or {}).get("rocksdbSstFileSize", 0)) for op in operators
                             ),
                             "instances": sum(op.get("numStateStoreInstances", 0) for op in operators),
+                            # Rows the batch wrote or deleted: what its flush to an SST file holds.
+                            "changes": sum(op["numRowsUpdated"] + op.get("numRowsRemoved", 0) for op in operators),
                         }
                     )
                 )

@@ -10,9 +10,11 @@ which changelog checkpointing writes only at snapshots):
   partition);
 - per row, growing: the least-squares slope of each size over the rows while the state grows
   file by file, every row live to the end;
-- per row, steady: each file half a state lifetime on, so that rows leave as fast as they come,
-  as in a running job (deletes, and files not yet compacted, included): the median over the
-  settled batches of (size - instances x per-instance cost) / rows;
+- per row, steady: twice the files, each half a state lifetime on, so that rows leave as fast as
+  they come, as in a running job (deletes, and files not yet compacted, included): the median over
+  the settled second half of (size - instances x per-instance cost) / rows;
+- RocksDB's disk, steady, in two parts (rocksdb_disk): the live rows merged, and each batch's flush
+  per row it changed;
 - the payload: the bytes of the key and value columns of those rows, as a user would count them
   (state_bytes_per_row's meaning).
 Prints the table and writes RESULTS_DIR/store_costs.json and store_costs.md; the constants in
@@ -101,14 +103,16 @@ def measure(project: Path, store: str, files: int, events: int) -> dict[str, obj
     per_row = {name: slope([(b["rows"], b[key]) for b in growing]) for name, key in sizes.items()}
     # Steady: rows evicted as fast as they come (deletes and the files they leave behind until
     # compaction included): per row at the median of the settled batches, per-instance cost taken off.
-    batches, steady_payload = probe(project, store, FEW, files, events, steady=True)
-    settled = batches[files // 2 : files]
+    batches, steady_payload = probe(project, store, FEW, 2 * files, events, steady=True)
+    settled = batches[files : 2 * files]  # the last, closing batch evicts everything
     per_row_steady = {
         name: statistics.median((b[key] - b["instances"] * per_instance[name]) / b["rows"] for b in settled)
         for name, key in sizes.items()
     }
+    disk = rocksdb_disk(batches[files - 1 : 2 * files], per_instance, steady_payload) if "disk" in sizes else None
     return {
         "store": store,
+        "disk": disk,
         "peak_rows": max(b["rows"] for b in growing),
         "steady_rows": round(statistics.median(b["rows"] for b in settled)),
         "payload_bytes_per_row": round(payload, 1),
@@ -120,15 +124,45 @@ def measure(project: Path, store: str, files: int, events: int) -> dict[str, obj
     }
 
 
+def rocksdb_disk(batches: list[dict], per_instance: dict[str, float], payload: float) -> dict[str, float]:
+    """RocksDB's disk at steady state without changelog checkpointing, in two parts. Each commit flushes
+    the batch's writes and deletes to a new level-0 SST file, and RocksDB merges level 0 into the
+    level below once it holds 4 files (its level0_file_num_compaction_trigger): the size saws up a
+    flush per batch and drops at each merge. The live rows are the bottom of the saw (the smallest
+    size over these batches, 4 or more of them); each flush is a rise of the saw over the rows that
+    batch changed (Spark's numRowsUpdated + numRowsRemoved). Both as a ratio to the payload."""
+    base = min(batches, key=lambda b: b["sst_bytes"])
+    live = (base["sst_bytes"] - base["instances"] * per_instance["disk"]) / base["rows"]
+    pairs = zip(batches, batches[1:], strict=False)
+    rises = [(b["sst_bytes"] - a["sst_bytes"]) / b["changes"] for a, b in pairs if b["sst_bytes"] > a["sst_bytes"]]
+    per_change = statistics.median(rises)
+    return {
+        "live_bytes_per_row": round(live, 1),
+        "flush_bytes_per_change": round(per_change, 1),
+        "live_ratio": round(live / payload, 2),
+        "flush_ratio": round(per_change / payload, 2),
+        "changes_per_batch": round(statistics.median(b["changes"] for b in batches[1:])),
+    }
+
+
 def _or_dash(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
+
+
+def _saw(disk: dict | None) -> str:
+    if disk is None:
+        return "-"
+    return (
+        f"{disk['live_bytes_per_row']:,.0f} / {disk['flush_bytes_per_change']:,.0f}"
+        f" (x{disk['live_ratio']:g} / x{disk['flush_ratio']:g})"
+    )
 
 
 def table(results: dict[str, list[dict]]) -> str:
     lines = [
         "| operator | store | payload B/row | memory B/row growing / steady | disk B/row growing / steady"
-        " | memory per instance | disk per instance |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        " | disk live / flush B per row (x payload) | memory per instance | disk per instance |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for operator, measured in results.items():
         for m in measured:
@@ -136,7 +170,7 @@ def table(results: dict[str, list[dict]]) -> str:
             disk = "-" if "disk" not in per_row else f"{per_row['disk']:,.0f} / {steady['disk']:,.0f}"
             lines.append(
                 f"| {operator} | {m['store']} | {m['payload_bytes_per_row']:,.0f} |"
-                f" {per_row['memory']:,.0f} / {steady['memory']:,.0f} | {disk} |"
+                f" {per_row['memory']:,.0f} / {steady['memory']:,.0f} | {disk} | {_saw(m['disk'])} |"
                 f" {per_instance['memory']:,} B | {_or_dash(per_instance.get('disk'))} |"
             )
     return "\n".join(lines)

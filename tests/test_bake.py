@@ -223,18 +223,18 @@ def test_default_bake_prints_the_worked_example(out, capfd):
     # windows x 600,000 possible keys each (key cardinality unknown).
     assert "headline       = watermark 10 minutes (600 s) x 10,000 rows/s = 6,000,000 rows" in printed
     assert "= 6,600,000 rows" in printed
-    # The payload, 64 B a row, and the HDFS heap it takes: + 317 B of measured overhead per row and
-    # 470 B per store instance (machinery/sizing/store_costs.py): 6,600,000 x 381 B + 200 x 470 B.
+    # The payload, 64 B a row, and the HDFS heap it takes: + 322 B of measured overhead per row and
+    # 470 B per store instance (machinery/sizing/store_costs.py): 6,600,000 x 386 B + 200 x 470 B.
     assert "payload        = 6,600,000 rows x 64 B = 422,400,000 B" in printed
-    assert "hdfs heap      = 6,600,000 x 381 B + 200 x 470 B = 2,514,694,000 B (2.3 GiB)" in printed
-    assert "per partition  = 2,514,694,000 B / 200 partitions = 12,573,470 B" in printed
+    assert "hdfs heap      = 6,600,000 x 386 B + 200 x 470 B = 2,547,694,000 B (2.4 GiB)" in printed
+    assert "per partition  = 2,547,694,000 B / 200 partitions = 12,738,470 B" in printed
     # The bytes per row are the answer, and the report says so, with the way to measure them.
     assert "bytes per row  = 64 B: state_bytes_per_row as given (the key and value columns), an assumption" in printed
     assert "recommendation = hdfs" in printed
     assert "chosen         = hdfs, changelog checkpointing off" in printed
     text = (project / "settings.yaml").read_text()
     assert "#   headline rows = 10 minutes x 10000 rows/s = 6,000,000" in text
-    assert "#   per partition = 2,514,694,000 B / 200 = 12,573,470 B" in text
+    assert "#   per partition = 2,547,694,000 B / 200 = 12,738,470 B" in text
     assert "#   payload = 6,600,000 x 64 B = 422,400,000 B; 64 B per row" in text
     assert "#     (key + value columns) is your answer, not a measurement:" in text
     assert "#     `python -m stream_job estimate --calibrate` measures the footprint per row" in text
@@ -249,8 +249,8 @@ def test_large_state_gets_rocksdb_with_changelog(out, capfd):
     assert (store["provider"], store["changelog_checkpointing"]) == ("rocksdb", True)
     result = run_in(project, "-m", "stream_job", "estimate", "--json")
     sizing = json.loads(result.stdout)
-    # 61 open windows x 60,000,000 keys; x (100 + 317) B of heap + 200 x 470 B, / 200 partitions.
-    assert (sizing["rows"], sizing["bytes_per_partition"]) == (3_660_000_000, 7_631_100_470)
+    # 61 open windows x 60,000,000 keys; x (100 + 322) B of heap + 200 x 470 B, / 200 partitions.
+    assert (sizing["rows"], sizing["bytes_per_partition"]) == (3_660_000_000, 7_722_600_470)
 
 
 def test_changelog_can_be_turned_off(out):
@@ -270,7 +270,7 @@ def test_choice_against_the_sizing_is_kept_with_a_loud_warning(out, capfd):
 def test_partitions_are_advised_from_the_cores_with_the_reasoning(out, capfd):
     project = bake(out, max_cores="3")
     printed = capfd.readouterr()
-    # 2 tasks per core x 3 cores; the default state, 6,600,000 rows x 381 B of heap + 6 x 470 B, at 6 partitions.
+    # 2 tasks per core x 3 cores; the default state, 6,600,000 rows x 386 B of heap + 6 x 470 B, at 6 partitions.
     settings = settings_of(project)
     assert (settings["spark"]["shuffle_partitions"], settings["capacity"]["max_cores"]) == (6, 3)
     assert "shuffle partitions = 6, advised 6:" in printed.out
@@ -278,20 +278,21 @@ def test_partitions_are_advised_from_the_cores_with_the_reasoning(out, capfd):
     text = (project / "settings.yaml").read_text()
     assert "  # shuffle_partitions requested: auto; max_cores: 3\n  # shuffle partitions = 6, advised 6:" in text
     assert "  #   2 tasks per core x 3 cores = 6\n" in text
-    assert "per partition = 2,514,602,820 B / 6 = 419,100,470 B" in text
+    assert "per partition = 2,547,602,820 B / 6 = 424,600,470 B" in text
     # The job's own estimate gives the same advice from settings.yaml.
     report = run_in(project, "-m", "stream_job", "estimate").stdout
     assert "  shuffle partitions = 6, advised 6:\n    2 tasks per core x 3 cores = 6\n" in report
 
 
 def test_partitions_are_raised_for_a_large_state(out):
-    # RocksDB's disk with growth: 3,660,000,000 rows x 100 B x 0.55 (+ instances) is 188 GiB, x 2 growth
-    # = 375 GiB; within 8 GiB per partition that is 47 partitions, rounded up to a multiple of 4 cores.
+    # RocksDB's disk with growth: 3,660,000,000 rows x 100 B x 0.22, and 1.5 flushes of a 10 s batch's
+    # 20,000,000 changed rows x 100 B x 0.35 (+ instances), is 76 GiB, x 2 growth = 152 GiB; within
+    # 8 GiB per partition that is 19 partitions, rounded up to a multiple of 4 cores.
     project = bake(out, **LARGE_STATE, max_cores="4", state_growth_factor="2")
     settings = settings_of(project)
-    assert (settings["spark"]["shuffle_partitions"], settings["state_store"]["provider"]) == (48, "rocksdb")
+    assert (settings["spark"]["shuffle_partitions"], settings["state_store"]["provider"]) == (20, "rocksdb")
     assert (
-        "raised to 48: 375.0 GiB of local disk with growth needs 47 partitions"
+        "raised to 20: 151.9 GiB of local disk with growth needs 19 partitions"
         in (project / "settings.yaml").read_text()
     )
 
@@ -301,7 +302,7 @@ def test_partitions_are_raised_for_a_large_state(out):
     [
         ({"max_cores": "8", "shuffle_partitions": "200"}, "every batch runs 25 waves of state-store tasks"),
         ({"max_cores": "8", "shuffle_partitions": "4"}, "the stateful stage can never use more than 4 of them"),
-        ({**LARGE_STATE, "shuffle_partitions": "2"}, "holds 93.7 GiB of local disk with growth, beyond 8.0 GiB"),
+        ({**LARGE_STATE, "shuffle_partitions": "2"}, "holds 38.0 GiB of local disk with growth, beyond 8.0 GiB"),
     ],
     ids=["too-many", "too-few", "too-large"],
 )
@@ -316,7 +317,7 @@ def test_partitions_against_the_advice_are_kept_with_a_loud_warning(out, capfd, 
 
 
 def test_growth_factor_moves_the_decision(out):
-    # 12,573,470 B of heap per partition x 600 = 7,544,082,000 B: over 1 GiB.
+    # 12,738,470 B of heap per partition x 600 = 7,643,082,000 B: over 1 GiB.
     project = bake(out, state_growth_factor="600")
     assert settings_of(project)["state_store"]["provider"] == "rocksdb"
 

@@ -37,14 +37,40 @@ def test_worked_example():
     assert sizing.total_bytes == heap(12_100_000, 64, "deduplication", 200)
     assert sizing.bytes_per_partition == sizing.projected_bytes_per_partition == sizing.total_bytes // 200
     assert sizing.recommended_provider == "hdfs"
-    # RocksDB beside it: the payload at the measured SST ratio, native memory with its overhead.
+    # RocksDB beside it: on disk the live rows' payload at the measured SST ratio, and 1.5 flushes not
+    # merged yet of a 10 s batch's changes, 100,000 events written and as many deleted; native
+    # memory with its overhead.
     costs = COSTS["deduplication"]
-    assert sizing.rocksdb_disk_bytes == round(774_400_000 * costs.disk_ratio) + 200 * ROCKSDB_DISK_PER_INSTANCE
+    assert sizing.rows_changed_per_batch == 200_000
+    flushes = 1.5 * 200_000 * 64 * costs.flush_ratio
+    assert (
+        sizing.rocksdb_disk_bytes == round(774_400_000 * costs.disk_ratio + flushes) + 200 * ROCKSDB_DISK_PER_INSTANCE
+    )
     assert sizing.rocksdb_memory_bytes == (
         12_100_000 * (64 + costs.memory_overhead_per_row) + 200 * ROCKSDB_MEMORY_PER_INSTANCE
     )
     # available_now has no steady batch: 2 x 600 s x 10,000.
     assert estimate(10_000, "10 minutes", 64, 200, operator="deduplication", trigger="available_now").rows == 12_000_000
+
+
+def test_rocksdb_disk_counts_the_batch_flushes_not_merged_yet():
+    # A join's batch brings both sides: (1,000 + 1,000 rows/s) x 10 s = 20,000 events written and as
+    # many deleted.
+    join = estimate(1_000, "1 minute", 64, 8, operator="stream_stream_join", trigger="10 seconds")
+    assert join.rows_changed_per_batch == 40_000
+    # A batch changes at most every row: 100 known keys in 2 open windows are 200 rows, though a
+    # 10 s batch brings 100,000 events.
+    known = estimate(10_000, "1 minute", 64, 8, key_cardinality=100, trigger="10 seconds")
+    assert (known.rows, known.rows_changed_per_batch) == (200, 400)
+    # available_now's batch is the backlog, unknown: the default trigger's 10 s batch stands in.
+    backlog = estimate(1_000, "1 minute", 64, 8, operator="deduplication", trigger="available_now")
+    assert backlog.rows_changed_per_batch == 2 * 10 * 1_000
+    flushes = 1.5 * 20_000 * 64 * COSTS["deduplication"].flush_ratio
+    assert (
+        backlog.rocksdb_disk_bytes
+        == round(backlog.payload_bytes * COSTS["deduplication"].disk_ratio + flushes) + 8 * ROCKSDB_DISK_PER_INSTANCE
+    )
+    assert "1.5 unmerged flushes of the 20,000 rows a batch changes" in report(backlog)
 
 
 def test_windowed_aggregation_counts_open_windows_times_keys():

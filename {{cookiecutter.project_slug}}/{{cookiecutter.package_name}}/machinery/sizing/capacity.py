@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 from ..durations import named_duration
 from ..figures import human_bytes, num, require_positive
+from ..operators import batch_seconds
 from ..operators import operator as find_operator
 from . import store_costs
 
@@ -32,6 +33,7 @@ ASSUMED_BYTES_PER_ROW = (
 )
 PROVIDERS = ("hdfs", "rocksdb")
 
+DEFAULT_TRIGGER = "10 seconds"  # settings.yaml's default
 # The operator-specific inputs, their defaults, and the setting each comes from.
 SHAPE_DEFAULTS = {
     "window": "1 minute",
@@ -39,7 +41,7 @@ SHAPE_DEFAULTS = {
     "join_input_rows_per_second": None,  # unknown: the same as the input rate
     "join_range": "15 minutes",
     "session_timeout": "30 minutes",
-    "trigger": "10 seconds",  # settings.yaml's default
+    "trigger": DEFAULT_TRIGGER,
 }
 UNSET_MEANS = {
     "key_cardinality": "unknown, so every event is taken as a new key (the upper bound; set it for a tighter figure)",
@@ -92,7 +94,9 @@ class Estimate:
     projected_bytes_per_partition: int
     threshold_bytes: int
     recommended_provider: str
-    # RocksDB beside it: SST files on local disk, and native memory (with changelog checkpointing).
+    # RocksDB beside it: SST files on local disk (the live rows, and the flushes of the last batches'
+    # changes not yet merged), and native memory (with changelog checkpointing).
+    rows_changed_per_batch: int
     rocksdb_disk_bytes: int
     rocksdb_memory_bytes: int
 
@@ -134,12 +138,13 @@ def estimate(
     instances = shuffle_partitions * costs.instances_per_partition
     # A calibration's measure replaces payload + overhead on the provider it ran on.
     heap_per_row = state_bytes_per_row + costs.heap_overhead_per_row
-    disk_per_row: float = state_bytes_per_row * costs.disk_ratio
+    changed = rows_changed_per_batch(rows, input_rows_per_second, inputs, shape.get("trigger"))
+    disk = rows * state_bytes_per_row * costs.disk_ratio + unmerged_flush_bytes(costs, changed, state_bytes_per_row)
     if measured_bytes_per_row is not None:
         if measured_on == "hdfs":
             heap_per_row = measured_bytes_per_row
-        else:
-            disk_per_row = measured_bytes_per_row
+        else:  # the calibration's run had its own flushes in its figure
+            disk = rows * measured_bytes_per_row
     total_bytes = rows * heap_per_row + instances * store_costs.HEAP_PER_INSTANCE
     per_partition = total_bytes // shuffle_partitions
     projected = round(per_partition * growth_factor)
@@ -170,10 +175,27 @@ def estimate(
         projected_bytes_per_partition=projected,
         threshold_bytes=ROCKSDB_THRESHOLD_BYTES,
         recommended_provider=provider,
-        rocksdb_disk_bytes=round(rows * disk_per_row) + instances * store_costs.ROCKSDB_DISK_PER_INSTANCE,
+        rows_changed_per_batch=changed,
+        rocksdb_disk_bytes=round(disk) + instances * store_costs.ROCKSDB_DISK_PER_INSTANCE,
         rocksdb_memory_bytes=rows * (state_bytes_per_row + costs.memory_overhead_per_row)
         + instances * store_costs.ROCKSDB_MEMORY_PER_INSTANCE,
     )
+
+
+def rows_changed_per_batch(rows: int, rate: float, inputs: dict[str, object], trigger: object) -> int:
+    """The rows one batch writes to the state and deletes from it at steady state: a row per event (at
+    most every row), and as many deleted as added. An available_now batch is as large as the backlog,
+    unknown here: the default trigger's batch stands in."""
+    seconds = batch_seconds(str(trigger or DEFAULT_TRIGGER)) or batch_seconds(DEFAULT_TRIGGER)
+    joined = "join_range" in inputs  # a join's batch brings both sides' events
+    right_rate = float(inputs["join_input_rows_per_second"] or rate) if joined else 0.0  # type: ignore[arg-type]
+    events = (rate + right_rate) * seconds
+    return round(2 * min(events, rows))
+
+
+def unmerged_flush_bytes(costs: store_costs.StoreCosts, changed: int, state_bytes_per_row: int) -> float:
+    """The SST bytes of the batches' flushes that RocksDB has not merged yet, on average."""
+    return store_costs.UNMERGED_FLUSHES * changed * state_bytes_per_row * costs.flush_ratio
 
 
 @dataclass(frozen=True)
@@ -279,8 +301,10 @@ def _rocksdb_source(e: Estimate) -> str:
         return "disk as the calibration measured it"
     costs = store_costs.COSTS[e.operator]
     return (
-        f"SST files at x{costs.disk_ratio:g} the payload, native memory +{num(costs.memory_overhead_per_row)} B"
-        f" per row with changelog checkpointing, and per store instance; {e.store_costs_source}"
+        f"SST files: the rows at x{costs.disk_ratio:g} the payload, and {num(store_costs.UNMERGED_FLUSHES)}"
+        f" unmerged flushes of the {num(e.rows_changed_per_batch)} rows a batch changes at x{costs.flush_ratio:g};"
+        f" native memory +{num(costs.memory_overhead_per_row)} B per row with changelog checkpointing;"
+        f" and per store instance; {e.store_costs_source}"
     )
 
 

@@ -116,7 +116,7 @@ def test_join_bake_has_a_second_input_of_the_chosen_source(out):
 SPARK_VERSION = __import__("pyspark").__version__
 EXPECTED_PACKAGES = {
     "kafka": f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}",
-    "delta": f"io.delta:delta-spark_{'.'.join(SPARK_VERSION.split('.')[:2])}_2.13:4.4.1",
+    "delta": f"io.delta:delta-spark_{'.'.join(SPARK_VERSION.split('.')[:2])}_2.13:4.4.0",
 }
 
 

@@ -157,11 +157,12 @@ def files_job(
         "spark": {"shuffle_partitions": 2, "platform": "oss", "master": "local[2]"},
         "state_store": {"provider": provider, "changelog_checkpointing": changelog},
         "source": {"type": "files", "files": {"path": str(landing), "max_files_per_trigger": 1}},
+        # "delta" is the deltalake writer, "delta-spark" Spark's own Delta sink (its JARs from Maven).
         "sink": {
-            "type": sink,
+            "type": "delta" if sink.startswith("delta") else sink,
             "output_mode": "append",
             "path": str(tmp_path / "output"),
-            "delta": {"writer": "deltalake"},
+            "delta": {"writer": "delta-spark" if sink == "delta-spark" else "deltalake"},
         },
         "query": {
             "name": f"test_{tmp_path.name}",

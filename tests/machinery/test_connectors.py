@@ -1,12 +1,13 @@
 """Connector JARs: the coordinates and confs the settings need, and a clear error when they are missing.
 
-pip's pyspark ships neither the Kafka connector nor Delta Lake's JARs, and this project's tests do
-not download them: the missing-JAR path is what runs here, on a real session and in a real process.
+pip's pyspark ships neither the Kafka connector nor Delta Lake's JARs. They are fetched through Spark's
+Ivy with the project's ivysettings.xml (test_exactly_once runs the delta-spark writer on them); here
+the missing-JAR and failed-download paths run, on a real session and in real processes.
 """
 
 from __future__ import annotations
 
-import socket
+import shlex
 from pathlib import Path
 
 import pyspark
@@ -22,15 +23,17 @@ from stream_job.machinery.runtime.connectors import (
 from stream_job.machinery.runtime.session import static_confs
 from stream_job.machinery.settings import load_settings
 
-from .conftest import clean_env, run_python
+from .conftest import PROJECT_DIR, clean_env, run_python
 
 SPARK = pyspark.__version__
 SPARK_MINOR = ".".join(SPARK.split(".")[:2])
 KAFKA = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK}"
-DELTA = f"io.delta:delta-spark_{SPARK_MINOR}_2.13:4.4.1"
+DELTA = f"io.delta:delta-spark_{SPARK_MINOR}_2.13:4.4.0"
 KAFKA_SOURCE = {"source": {"type": "kafka"}, "sink": {"type": "parquet"}}
 DELTA_SPARK = {"source": {"type": "rate"}, "sink": {"type": "delta", "delta": {"writer": "delta-spark"}}}
 BOTH = {"source": KAFKA_SOURCE["source"], "sink": DELTA_SPARK["sink"]}
+# The project's resolver: Maven Central, or the mirror its ivysettings.xml names.
+IVY_SETTINGS = {"spark.jars.ivySettings": (PROJECT_DIR / "ivysettings.xml").as_uri()}
 
 
 def coordinates(settings) -> list[str]:
@@ -60,6 +63,7 @@ def test_delta_spark_session_confs(make_settings):
         "spark.sql.extensions": "com.example.Ext,io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.jars.packages": DELTA,
+        **IVY_SETTINGS,
     }
     # Under spark-submit the JVM is up already: its --packages decide, nothing is fetched here.
     assert "spark.jars.packages" not in static_confs(settings, submitted=True)
@@ -69,7 +73,10 @@ def test_fetching_can_be_turned_off_and_merges_with_own_packages(make_settings):
     off = make_settings(KAFKA_SOURCE | {"spark": {"fetch_packages": False}})
     assert static_confs(off, submitted=False) == {}
     own = make_settings(KAFKA_SOURCE | {"spark": {"conf": {"spark.jars.packages": "com.example:lib:1.0"}}})
-    assert static_confs(own, submitted=False) == {"spark.jars.packages": f"com.example:lib:1.0,{KAFKA}"}
+    assert static_confs(own, submitted=False) == {"spark.jars.packages": f"com.example:lib:1.0,{KAFKA}", **IVY_SETTINGS}
+    # A resolver of the user's own in spark.conf is kept.
+    mirror = make_settings(KAFKA_SOURCE | {"spark": {"conf": {"spark.jars.ivySettings": "/etc/ivy.xml"}}})
+    assert static_confs(mirror, submitted=False) == {"spark.jars.packages": KAFKA}
 
 
 def test_missing_connectors_asks_the_real_class_loader(spark):
@@ -91,8 +98,19 @@ def test_require_connectors_names_the_packages_to_add(spark, make_settings):
 
 
 def test_packages_command(write_settings):
-    result = run_python("-m", "stream_job", "packages", "--settings", str(write_settings(KAFKA_SOURCE)))
+    settings = str(write_settings(KAFKA_SOURCE))
+    result = run_python("-m", "stream_job", "packages", "--settings", settings)
     assert (result.returncode, result.stdout) == (0, f"{KAFKA}\n")
+    # make submit's arguments: the packages and the resolver that fetches them.
+    result = run_python("-m", "stream_job", "packages", "--submit-args", "--settings", settings)
+    assert shlex.split(result.stdout) == [
+        "--packages",
+        KAFKA,
+        "--conf",
+        f"spark.jars.ivySettings={IVY_SETTINGS['spark.jars.ivySettings']}",
+    ]
+    nothing = run_python("-m", "stream_job", "packages", "--submit-args", "--settings", str(write_settings()))
+    assert (nothing.returncode, nothing.stdout) == (0, "\n")
 
 
 @pytest.mark.parametrize("changes", [KAFKA_SOURCE, DELTA_SPARK], ids=["kafka", "delta-spark"])
@@ -110,22 +128,20 @@ def test_job_without_the_jars_exits_3_with_the_packages_to_add(write_settings, t
     assert not checkpoint.exists()
 
 
-def maven_reachable() -> bool:
-    try:
-        socket.create_connection(("repo1.maven.org", 443), timeout=3).close()
-        return True
-    except OSError:
-        return False
-
-
 def test_failed_download_is_a_sentence(write_settings, tmp_path):
-    if maven_reachable():
-        pytest.skip("Maven Central is reachable here: the download would succeed, so its failure cannot be shown")
-    path = write_settings(KAFKA_SOURCE | {"query": {"checkpoint_location": str(tmp_path / "checkpoint")}})
-    result = run_python("main.py", "--settings", str(path))
+    # A mirror that does not answer: the resolution fails as it would without network access.
+    unreachable = tmp_path / "ivysettings.xml"
+    unreachable.write_text(
+        (PROJECT_DIR / "ivysettings.xml").read_text().replace("https://repo1.maven.org/maven2/", "http://127.0.0.1:9/")
+    )
+    conf = {"spark.jars.ivySettings": unreachable.as_uri(), "spark.jars.ivy": str(tmp_path / "ivy")}
+    checkpoint = tmp_path / "checkpoint"
+    path = write_settings(KAFKA_SOURCE | {"spark": {"conf": conf}, "query": {"checkpoint_location": str(checkpoint)}})
+    result = run_python("main.py", "--settings", str(path), env=clean_env())
     assert result.returncode == 3, result.stderr[-2000:]
     assert f"connector error: Spark could not start: fetching --packages {KAFKA} from Maven failed" in result.stderr
     assert "Traceback" not in result.stderr
+    assert not checkpoint.exists()
 
 
 SECRET = "Sup3r-Secret-Value-4711"

@@ -27,7 +27,7 @@ def test_package_zips_every_module_and_prints_the_submit_line(write_settings, tm
 
 
 def test_cluster_mode_reads_the_shipped_copy_and_delta_brings_its_package(write_settings, tmp_path):
-    delta = {"type": "delta", "delta": {"writer": "delta-spark", "version": "4.4.1"}}
+    delta = {"type": "delta", "delta": {"writer": "delta-spark", "version": "4.4.0"}}
     settings = write_settings({"source": {"type": "rate"}, "sink": delta})
     result = run_cli(
         "package", "--settings", str(settings), "--out", str(tmp_path), "--master", "yarn", "--deploy-mode", "cluster"
@@ -35,7 +35,7 @@ def test_cluster_mode_reads_the_shipped_copy_and_delta_brings_its_package(write_
     assert result.returncode == 0, result.stderr
     command = shlex.split(result.stdout)
     (coordinate,) = command[command.index("--packages") + 1].split(",")
-    assert coordinate.startswith("io.delta:delta-spark_4.") and coordinate.endswith(":4.4.1")
+    assert coordinate.startswith("io.delta:delta-spark_4.") and coordinate.endswith(":4.4.0")
     # In cluster mode the driver runs on the cluster, where --files put settings.yaml in its folder.
     assert command[-3:] == ["main.py", "--settings", Path(settings).name]
     refused = run_cli("package", "--settings", str(settings), "--deploy-mode", "remote")

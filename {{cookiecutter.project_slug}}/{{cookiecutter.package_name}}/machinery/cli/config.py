@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..runtime.connectors import packages
+from ..runtime.connectors import packages, shell_words, submit_arguments
 from ..settings import load_settings
 from .arguments import add_settings_argument
 
@@ -22,6 +22,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "packages", help="print the --packages coordinates spark-submit needs for these settings (may be empty)"
     )
     add_settings_argument(needed)
+    needed.add_argument(
+        "--submit-args", action="store_true", help="print spark-submit's arguments: --packages and the resolver's conf"
+    )
     needed.set_defaults(handler=cmd_packages)
 
 
@@ -36,5 +39,6 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_packages(args: argparse.Namespace) -> int:
-    print(packages(load_settings(args.settings)))
+    settings = load_settings(args.settings)
+    print(shell_words(submit_arguments(settings)) if args.submit_args else packages(settings))
     return 0

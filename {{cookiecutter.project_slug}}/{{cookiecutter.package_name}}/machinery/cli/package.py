@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..runtime.connectors import packages
+from ..runtime.connectors import submit_arguments
 from ..settings import load_settings
 from ..tools.packaging import DEPLOY_MODES, build_py_files, shell_line, submit_command
 from .arguments import add_settings_argument
@@ -27,7 +27,7 @@ def cmd_package(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     py_files = build_py_files(args.out)
     command = submit_command(
-        args.master or settings.spark.master, args.deploy_mode, py_files, args.settings, packages(settings)
+        args.master or settings.spark.master, args.deploy_mode, py_files, args.settings, submit_arguments(settings)
     )
     print(f"package: {py_files} written; run (from this folder):", file=sys.stderr)
     print(shell_line(command))

@@ -1,22 +1,28 @@
 """JVM connectors that pip's pyspark does not ship: which the settings need, and whether they are there.
 
-The Kafka source and the delta-spark sink live in JARs fetched from Maven (`--packages`). The job
-checks for them right after the session starts, so a missing JAR is one sentence naming the
-`--packages` to add, not a ClassNotFoundException from inside the first micro-batch.
+The Kafka source and the delta-spark sink live in JARs fetched from Maven (`--packages`), through
+Spark's Ivy with the project's ivysettings.xml: Maven Central, or the mirror named there. The same
+for `python main.py` (spark.jars.packages) and spark-submit (submit_arguments). The job checks for
+them right after the session starts, so a missing JAR is one sentence naming the `--packages` to
+add, not a ClassNotFoundException from inside the first micro-batch.
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 import pyspark
 from pyspark.sql import SparkSession
 
 from ..settings import Settings
+from .project_files import project_file
 
 SCALA_VERSION = "2.13"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+IVY_SETTINGS = "ivysettings.xml"
+IVY_SETTINGS_CONF = "spark.jars.ivySettings"
 
 
 class ConnectorError(Exception):
@@ -61,6 +67,27 @@ def packages(settings: Settings) -> str:
     return ",".join(connector.coordinate for connector in required_connectors(settings))
 
 
+def resolver_confs(settings: Settings) -> dict[str, str]:
+    """spark.jars.ivySettings: the project's ivysettings.xml, unless spark.conf names one of its own."""
+    found = project_file(IVY_SETTINGS)
+    if IVY_SETTINGS_CONF in settings.spark.conf or found is None:
+        return {}
+    return {IVY_SETTINGS_CONF: found.as_uri()}  # a URI: Spark parses it as one
+
+
+def submit_arguments(settings: Settings) -> list[str]:
+    """The spark-submit arguments that fetch the connectors (none when nothing is needed)."""
+    needed = packages(settings)
+    if not needed:
+        return []
+    confs = [part for key, value in resolver_confs(settings).items() for part in ("--conf", f"{key}={value}")]
+    return ["--packages", needed, *confs]
+
+
+def shell_words(arguments: list[str]) -> str:
+    return " ".join(shlex.quote(argument) for argument in arguments)
+
+
 def missing_connectors(spark: SparkSession, connectors: list[Connector]) -> list[Connector]:
     """The connectors whose classes Spark's class loader cannot find (the one data sources are looked up in)."""
     utils = spark._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
@@ -76,7 +103,8 @@ def require_connectors(spark: SparkSession, settings: Settings) -> None:
         raise ConnectorError(
             f"{names}, which is not on Spark's classpath. Start the job with"
             f" `spark-submit --packages {coordinates} main.py` (make submit does), or run it with python and"
-            " spark.fetch_packages true on a machine that can reach Maven Central; without Maven access,"
+            " spark.fetch_packages true on a machine that can reach Maven Central (or the mirror in"
+            " ivysettings.xml); without Maven access,"
             " download the JARs with their dependencies and list them in spark.conf as spark.jars"
         )
 
@@ -84,6 +112,6 @@ def require_connectors(spark: SparkSession, settings: Settings) -> None:
 def fetch_failed(coordinates: str) -> ConnectorError:
     return ConnectorError(
         f"Spark could not start: fetching --packages {coordinates} from Maven failed (see the Ivy lines above)."
-        " Check access to Maven Central (or your mirror in spark.jars.repositories), or set"
+        " Check access to Maven Central (or the mirror named in ivysettings.xml), or set"
         " spark.fetch_packages false and list local JARs in spark.conf as spark.jars"
     )

@@ -6,14 +6,14 @@ import os
 import shlex
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from ..settings import Settings, SettingsError, unset_secrets
-from .connectors import DELTA_CATALOG, DELTA_EXTENSION, fetch_failed, packages
+from .connectors import DELTA_CATALOG, DELTA_EXTENSION, fetch_failed, packages, resolver_confs
 from .java import launched_by_spark_submit, require_java
+from .project_files import project_file
 
 STATE_STORE = "spark.sql.streaming.stateStore"
 PROVIDER_CLASSES = {
@@ -61,8 +61,6 @@ def spark_confs(settings: Settings) -> dict[str, str]:
 
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 LOG_CONFIG = "log4j2.properties"
-# The project folder: <project>/<package>/machinery/runtime/session.py.
-PROJECT_DIR = Path(__file__).resolve().parents[3]
 
 
 def log_config_confs(confs: dict[str, str]) -> dict[str, str]:
@@ -73,12 +71,12 @@ def log_config_confs(confs: dict[str, str]) -> dict[str, str]:
     options = confs.get(JAVA_OPTIONS, "")
     if launched_by_spark_submit() or "configurationFile" in options:
         return {}
-    for folder in (Path.cwd(), PROJECT_DIR):
-        if (folder / LOG_CONFIG).is_file():
-            config, logs = (shlex.quote(str(path)) for path in (folder / LOG_CONFIG, folder / "logs"))
-            ours = f"-Dlog4j2.configurationFile={config} -Djob.log.dir={logs}"
-            return {JAVA_OPTIONS: f"{options} {ours}".strip()}
-    return {}
+    found = project_file(LOG_CONFIG)
+    if found is None:
+        return {}
+    config, logs = (shlex.quote(str(path)) for path in (found, found.parent / "logs"))
+    ours = f"-Dlog4j2.configurationFile={config} -Djob.log.dir={logs}"
+    return {JAVA_OPTIONS: f"{options} {ours}".strip()}
 
 
 def secret_confs(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -102,6 +100,7 @@ def static_confs(settings: Settings, submitted: bool) -> dict[str, str]:
     needed = packages(settings)
     if needed and settings.spark.fetch_packages and not submitted:
         confs["spark.jars.packages"] = _joined(settings.spark.conf.get("spark.jars.packages"), needed)
+        confs.update(resolver_confs(settings))
     return confs
 
 

@@ -265,7 +265,7 @@ class SourceSettings(Section):
 class DeltaSinkSettings(Section):
     writer: Literal["delta-spark", "deltalake"] = Field("delta-spark", description="delta-spark or deltalake")
     # The Delta Lake (JVM) release fetched for delta-spark; it must be built for this Spark minor version.
-    version: str = Field("4.4.1", pattern=r"^\d+\.\d+\.\d+$", description="a Delta Lake release such as 4.4.1")
+    version: str = Field("4.4.0", pattern=r"^\d+\.\d+\.\d+$", description="a Delta Lake release such as 4.4.0")
 
 
 class SinkSettings(Section):

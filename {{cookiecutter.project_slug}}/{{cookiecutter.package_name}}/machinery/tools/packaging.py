@@ -1,5 +1,6 @@
 """What spark-submit needs to run this job on a cluster: the package zipped for --py-files, and the
-command line that ships it with settings.yaml (--files) and the connector JARs (--packages).
+command line that ships it with settings.yaml (--files) and fetches the connector JARs (--packages,
+through the project's ivysettings.xml).
 
 Only the driver reads settings.yaml; --files also puts a copy in each executor's working directory.
 In client mode the driver reads it where it is; in cluster mode Spark localizes it into the driver's
@@ -27,14 +28,15 @@ def build_py_files(out_dir: Path) -> Path:
     return target
 
 
-def submit_command(master: str, deploy_mode: str, py_files: Path, settings_file: Path, packages: str) -> list[str]:
+def submit_command(
+    master: str, deploy_mode: str, py_files: Path, settings_file: Path, fetch_arguments: list[str]
+) -> list[str]:
     """The spark-submit command that runs main.py on `master` with these files."""
     if deploy_mode not in DEPLOY_MODES:
         raise ValueError(f"deploy mode must be client or cluster, got {deploy_mode!r}")
     command = ["spark-submit", "--master", master, "--deploy-mode", deploy_mode]
     command += ["--py-files", str(py_files), "--files", str(settings_file)]
-    if packages:
-        command += ["--packages", packages]
+    command += fetch_arguments
     driver_settings = settings_file if deploy_mode == "client" else Path(settings_file.name)
     return [*command, "main.py", "--settings", str(driver_settings)]
 

@@ -105,6 +105,8 @@ class Operator:
     beyond_headline: str | None
     # The operator name Spark writes into the checkpoint's state metadata (the guard compares it).
     spark_name: str
+    # How long a state row stays (inspect --key says it for a key it finds or misses).
+    held_until: str = ""
     # Why it runs on RocksDB only, or None when both stores can hold its state.
     rocksdb_only: str | None = None
     # A stream-stream join reads a second input, join_source.
@@ -140,6 +142,7 @@ OPERATORS: dict[str, Operator] = {
                 " the watermark covers is open per key"
             ),
             spark_name="stateStoreSave",
+            held_until="a (key, window) row stays until the watermark passes the window's end; then it is emitted and dropped",
             lifetime_setting="window",
         ),
         Operator(
@@ -156,6 +159,7 @@ OPERATORS: dict[str, Operator] = {
                 " moves between batches"
             ),
             spark_name="dedupeWithinWatermark",
+            held_until="an event id stays until the watermark passes its event time plus the delay (its expiry)",
             append_only=True,
             state_per_key=False,
         ),
@@ -172,6 +176,11 @@ OPERATORS: dict[str, Operator] = {
                 " batches more since the watermark moves between batches"
             ),
             spark_name="symmetricHashJoin",
+            held_until=(
+                "a left row stays until the watermark passes its event time plus the join range, a right row until"
+                " the watermark passes its event time; a left row unmatched then is emitted with nulls (left outer)"
+                " and dropped"
+            ),
             two_inputs=True,
             append_only=True,
             lifetime_setting="join.range",
@@ -191,6 +200,7 @@ OPERATORS: dict[str, Operator] = {
                 " and its timer fires between batches"
             ),
             spark_name="transformWithStateInPandasExec",
+            held_until="a key stays until the watermark passes its last event plus the session timeout; then its session is emitted and dropped",
             rocksdb_only="Spark runs transformWithState only on RocksDB",
             append_only=True,
             lifetime_setting="custom_state.session_timeout",

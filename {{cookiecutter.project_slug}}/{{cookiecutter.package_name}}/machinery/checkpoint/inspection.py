@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..operators import BY_SPARK_NAME
 from ..sizing import capacity
@@ -143,41 +143,21 @@ def inspect_checkpoint(
 ) -> Inspection:
     """Read every operator's state as of `batch_id` (default: the last committed batch); `facts` are
     checkpoint_facts(location, batch_id), read before Spark started."""
-    last_committed, provider = facts
+    _, provider = facts
     local = _local_path(location)
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
-
-    spark_errors = (PySparkException, Py4JJavaError)
-
-    try:
-        metadata = spark.read.format("state-metadata").load(location).collect()
-    except spark_errors as error:
-        raise CheckpointUnreadable(
-            f"{location}: Spark cannot read its state metadata: {_spark_message(error)}"
-        ) from None
-    if not metadata:
-        raise InspectError(f"{location} holds no state: the query has no stateful operator, or no batch committed yet")
-    batch = last_committed if batch_id is None else batch_id
-    if batch is None:
-        batch = max(row.maxBatchId for row in metadata)
+    metadata, batch = state_metadata(spark, location, facts, batch_id)
     operators: dict[int, OperatorState] = {}
     for row in metadata:
-        if not row.minBatchId <= batch <= row.maxBatchId:
-            raise InspectError(
-                f"--batch-id {batch}: the checkpoint keeps the state of batches {row.minBatchId}..{row.maxBatchId}"
-                f" only (operator {row.operatorId}); pick one of those"
-            )
         operator = operators.setdefault(
             row.operatorId,
             OperatorState(row.operatorId, row.operatorName, row.numPartitions, row.minBatchId, row.maxBatchId),
         )
         try:
             operator.stores += _read_stores(spark, location, batch, row)
-        except spark_errors as error:
+        except spark_errors() as error:
             raise CheckpointUnreadable(
                 f"{location}: Spark cannot read the state of operator {row.operatorId}, store"
-                f" {row.stateStoreName}, batch {batch}: {_spark_message(error)}; the checkpoint may be damaged:"
+                f" {row.stateStoreName}, batch {batch}: {spark_message(error)}; the checkpoint may be damaged:"
                 f" {RESTORE_OR_RESTART}"
             ) from None
     for operator in operators.values():
@@ -186,6 +166,39 @@ def inspect_checkpoint(
                 local / "state" / str(operator.operator_id), operator.partitions
             )
     return Inspection(location, provider, batch, sorted(operators.values(), key=lambda o: o.operator_id))
+
+
+def state_metadata(
+    spark: SparkSession, location: str, facts: tuple[int | None, str], batch_id: int | None = None
+) -> tuple[list[Any], int]:
+    """Spark's state-metadata rows of the checkpoint, and the batch to read (default: the last committed),
+    checked against the batches whose state is kept."""
+    try:
+        metadata = spark.read.format("state-metadata").load(location).collect()
+    except spark_errors() as error:
+        raise CheckpointUnreadable(
+            f"{location}: Spark cannot read its state metadata: {spark_message(error)}"
+        ) from None
+    if not metadata:
+        raise InspectError(f"{location} holds no state: the query has no stateful operator, or no batch committed yet")
+    last_committed, _ = facts
+    batch = last_committed if batch_id is None else batch_id
+    if batch is None:
+        batch = max(row.maxBatchId for row in metadata)
+    for row in metadata:
+        if not row.minBatchId <= batch <= row.maxBatchId:
+            raise InspectError(
+                f"--batch-id {batch}: the checkpoint keeps the state of batches {row.minBatchId}..{row.maxBatchId}"
+                f" only (operator {row.operatorId}); pick one of those"
+            )
+    return metadata, batch
+
+
+def spark_errors() -> tuple[type[Exception], ...]:
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    return (PySparkException, Py4JJavaError)
 
 
 def _local_path(location: str) -> Path | None:
@@ -299,7 +312,7 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def _spark_message(error: Exception) -> str:
+def spark_message(error: Exception) -> str:
     """The first line of Spark's error and of its root cause, without the Java stack."""
     java = getattr(error, "java_exception", None)
     if java is None:

@@ -32,6 +32,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     inspect.add_argument(
         "--batch-id", type=non_negative_int, help="the state as of this batch (default: the last committed one)"
     )
+    inspect.add_argument(
+        "--key",
+        help="one key instead of the counts: the stores that hold it, its rows and times against the watermark,"
+        " and why it is held or gone (compared as text with each key column)",
+    )
     inspect.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     inspect.set_defaults(handler=cmd_inspect)
 
@@ -59,10 +64,29 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         confs.update(secret_confs(settings))
     spark = local_session("inspect-state", {**confs, **READER_CONFS})
     try:
+        if args.key is not None:
+            return _inspect_key(spark, location, facts, args)
         inspection = inspect_checkpoint(spark, location, facts, args.batch_id)
     finally:
         spark.stop()
     if settings is not None:
         inspection.estimate = settings.sizing()
     print(json.dumps(inspection.to_dict(), indent=2) if args.json else render(inspection))
+    return 0
+
+
+def _inspect_key(spark, location: str, facts: tuple[int | None, str], args: argparse.Namespace) -> int:
+    from ..checkpoint.guard import RESTORE_OR_RESTART, CheckpointUnreadable
+    from ..checkpoint.inspection import spark_errors, spark_message, state_metadata
+    from ..checkpoint.key_lookup import find_key, render
+
+    metadata, batch = state_metadata(spark, location, facts, args.batch_id)
+    try:
+        lookup = find_key(spark, location, metadata, batch, args.key)
+    except spark_errors() as error:
+        raise CheckpointUnreadable(
+            f"{location}: Spark cannot read the state: {spark_message(error)}; the checkpoint may be damaged:"
+            f" {RESTORE_OR_RESTART}"
+        ) from None
+    print(json.dumps(lookup.to_dict(), indent=2, default=str) if args.json else render(lookup))
     return 0

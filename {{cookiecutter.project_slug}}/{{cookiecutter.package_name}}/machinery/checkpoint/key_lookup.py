@@ -1,0 +1,183 @@
+"""`inspect --key`: where one key is in the state, its times against the watermark, and why it is there.
+
+The question a stuck or missing row raises ("why did ord-574 not join?") is about one key: this
+reads each store (or state variable, and the timers) of the checkpoint as of one batch through
+Spark's `statestore` source, keeps the rows whose key columns hold the value, and sets the times
+they carry against that batch's watermark (from the checkpoint's offsets file). When the key is not
+there, it looks back through the batches the checkpoint keeps for the last one that held it. Only
+reads, like the rest of inspect.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..operators import BY_SPARK_NAME, operator
+
+if TYPE_CHECKING:  # Spark is imported only when a command needs it
+    from pyspark.sql import DataFrame, SparkSession
+
+# How far back a key that is gone is looked for: each kept batch is one read per store.
+LOOKBACK_BATCHES = 20
+# Long columns that hold a time, by the unit their name ends with.
+TIME_UNITS = {"Micros": 1_000_000, "Ms": 1_000}
+
+
+@dataclass
+class KeyRow:
+    store: str
+    partition: int
+    key: dict[str, Any]
+    value: dict[str, Any] | None
+    times: list[str]  # every time the row carries (event times, window bounds, expiries), ISO 8601
+
+
+@dataclass
+class KeyLookup:
+    key: str
+    batch_id: int
+    watermark: str | None
+    rows: list[KeyRow] = field(default_factory=list)
+    last_held_batch: int | None = None
+    why: str = ""
+
+    @property
+    def held(self) -> bool:
+        return bool(self.rows)
+
+    def to_dict(self) -> dict[str, object]:
+        return {**asdict(self), "held": self.held}
+
+
+def stores_of(metadata: list[Any]) -> list[dict[str, str]]:
+    """The statestore options (without the batch) of every store, state variable and timer set."""
+    found = []
+    for row in metadata:
+        base = {"operatorId": str(row.operatorId)}
+        if row.operatorName.startswith("transformWithState"):
+            properties = json.loads(row.operatorProperties or "{}")
+            for variable in properties.get("stateVariables", []):
+                if not variable["stateName"].startswith("$"):
+                    found.append({**base, "stateVarName": variable["stateName"]})
+            found.append({**base, "readRegisteredTimers": "true"})
+        else:
+            found.append({**base, "storeName": row.stateStoreName})
+    return found
+
+
+def find_key(spark: SparkSession, location: str, metadata: list[Any], batch: int, key: str) -> KeyLookup:
+    """The rows holding `key` as of `batch`; when there are none, the last kept batch that held it."""
+    spark_name = metadata[0].operatorName
+    held_until = operator(BY_SPARK_NAME[spark_name]).held_until if spark_name in BY_SPARK_NAME else ""
+    lookup = KeyLookup(key, batch, _iso(_watermark(location, batch)))
+    lookup.rows = _rows_with_key(spark, location, metadata, batch, key)
+    if lookup.rows:
+        latest = max(time for row in lookup.rows for time in row.times) if any(r.times for r in lookup.rows) else None
+        stores = ", ".join(sorted({row.store for row in lookup.rows}))
+        carries = f"; the latest time it carries is {latest}" if latest else ""
+        lookup.why = (
+            f"held at batch {batch} in {stores}: the watermark is {lookup.watermark or 'not set yet'}{carries};"
+            f" {held_until}"
+        )
+        return lookup
+    oldest = max(min(row.minBatchId for row in metadata), batch - LOOKBACK_BATCHES)
+    for earlier in range(batch - 1, oldest - 1, -1):
+        if _rows_with_key(spark, location, metadata, earlier, key):
+            lookup.last_held_batch = earlier
+            lookup.why = (
+                f"gone: held until batch {earlier} (watermark {_iso(_watermark(location, earlier)) or 'not set'}),"
+                f" dropped by batch {earlier + 1} (watermark {_iso(_watermark(location, earlier + 1)) or 'not set'});"
+                f" {held_until}"
+            )
+            return lookup
+    lookup.why = (
+        f"not in the state at batch {batch}, nor in the kept batches {oldest}..{batch - 1}: it never reached the state"
+        " (not read yet, later than the watermark allows, or written differently: it is compared as text with each"
+        f" key column), or it left before batch {oldest}; {held_until}"
+    )
+    return lookup
+
+
+def _rows_with_key(spark: SparkSession, location: str, metadata: list[Any], batch: int, key: str) -> list[KeyRow]:
+    rows = []
+    for options in stores_of(metadata):
+        state = spark.read.format("statestore").options(**options, batchId=str(batch)).load(location)
+        store = options.get("storeName") or options.get("stateVarName") or "timers"
+        for found in state.where(_matches(state, key)).collect():
+            key_columns = found["key"].asDict(recursive=True)
+            value = _value(found.asDict(recursive=True))
+            rows.append(KeyRow(store, found["partition_id"], key_columns, value, _times(key_columns, value)))
+    return rows
+
+
+def _value(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The row's value: the `value` struct of a store or state variable, the expiry column of a timer."""
+    if "value" in row:
+        return row["value"]
+    rest = {name: found for name, found in row.items() if name not in ("key", "partition_id")}
+    return rest or None
+
+
+def _matches(state: DataFrame, key: str):  # -> Column
+    """Any key column, or a column of a struct in the key (a timer's grouping key), equal to `key` as text."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    columns = []
+    for column in state.schema["key"].dataType.fields:  # type: ignore[attr-defined]
+        if isinstance(column.dataType, StructType):
+            columns += [F.col("key").getField(column.name).getField(inner.name) for inner in column.dataType.fields]
+        else:
+            columns.append(F.col("key").getField(column.name))
+    condition = F.lit(False)
+    for column in columns:
+        condition = condition | (column.cast("string") == F.lit(key))
+    return condition
+
+
+def _times(*parts: dict[str, Any] | None) -> list[str]:
+    found: list[str] = []
+    for part in parts:
+        for name, value in (part or {}).items():
+            if isinstance(value, dict):
+                found += _times(value)
+            elif isinstance(value, datetime):
+                found.append(_iso(value) or "")
+            elif isinstance(value, int) and not isinstance(value, bool):
+                unit = next((per for suffix, per in TIME_UNITS.items() if name.endswith(suffix)), None)
+                if unit is not None:
+                    found.append(_iso(datetime.fromtimestamp(value / unit, UTC)) or "")
+    return sorted(found)
+
+
+def _watermark(location: str, batch: int) -> datetime | None:
+    """The watermark batch `batch` ran with (its offsets file's batchWatermarkMs); None off the local disk."""
+    path = Path(location.removeprefix("file://").removeprefix("file:")) / "offsets" / str(batch)
+    if "://" in location and not location.startswith("file:") or not path.is_file():
+        return None
+    lines = path.read_text(encoding="utf-8").splitlines()
+    milliseconds = json.loads(lines[1]).get("batchWatermarkMs", 0) if len(lines) > 1 else 0
+    return datetime.fromtimestamp(milliseconds / 1000, UTC) if milliseconds else None
+
+
+def _iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    # A naive datetime from collect() is in the Python process's local time, which astimezone assumes.
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def render(lookup: KeyLookup) -> str:
+    lines = [f"key {lookup.key!r} at batch {lookup.batch_id} (watermark {lookup.watermark or 'not set yet'})"]
+    for row in lookup.rows:
+        lines.append(f"  {row.store}, partition {row.partition}: key {_compact(row.key)} value {_compact(row.value)}")
+    lines.append(f"  {lookup.why}")
+    return "\n".join(lines)
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, default=str, separators=(", ", ": "))

@@ -29,7 +29,7 @@ demo: setup check-java ## bake with the default answers, run the job for a few b
 test: setup check-java connectors ## run all tests: bakes, bad answers, and the generated projects' own tests and ruff
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
-connectors: setup check-java ## fetch the delta-spark JARs the proofs use into Spark's Ivy cache, once (from Maven Central)
+connectors: setup check-java ## fetch the delta-spark and Kafka connector JARs (Ivy) and the local Kafka broker (mvn), once, from Maven Central
 	$(BIN)/python tests/fetch_connectors.py
 
 test-all: setup check-java connectors ## make test plus the secondary proofs and the soak, which CI leaves out (about 6 minutes more)

@@ -1,12 +1,15 @@
-"""Fill Spark's Ivy cache with the connector JARs the proofs use (delta-spark), once, before the
-parallel test workers start jobs that each resolve them: two Ivy resolutions racing on one cache
-can fail. It resolves them the way a generated project does, with the project's ivysettings.xml.
+"""Fill Spark's Ivy cache with the connector JARs the proofs use (delta-spark, Spark's Kafka
+connector), and the local Kafka broker's JARs, once, before the parallel test workers start jobs
+that each resolve them: two Ivy resolutions racing on one cache can fail. It resolves them the way
+a generated project does: Ivy with the project's ivysettings.xml, and the project's own local_kafka.
 
     .venv/bin/python tests/fetch_connectors.py
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import re
 import sys
 import time
@@ -16,6 +19,20 @@ import pyspark
 from pyspark.sql import SparkSession
 
 PROJECT = Path(__file__).resolve().parents[1] / "{{cookiecutter.project_slug}}"
+MACHINERY = PROJECT / "{{cookiecutter.package_name}}" / "machinery"
+
+
+def machinery_module(name: str):
+    """A module of the template's machinery, imported from the template itself (its folder's name is Jinja)."""
+    if "machinery" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "machinery", MACHINERY / "__init__.py", submodule_search_locations=[str(MACHINERY)]
+        )
+        assert spec is not None and spec.loader is not None
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["machinery"] = package
+        spec.loader.exec_module(package)
+    return importlib.import_module(f"machinery.{name}")
 
 
 def delta_coordinate() -> str:
@@ -29,19 +46,25 @@ def delta_coordinate() -> str:
 
 def main() -> None:
     started = time.monotonic()
-    coordinate = delta_coordinate()
+    kafka = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{machinery_module('runtime.connectors').kafka_connector_version(pyspark.__version__)}"
+    coordinates = [delta_coordinate(), kafka]
     spark = (
         SparkSession.builder.master("local[1]")
-        .config("spark.jars.packages", coordinate)
+        .config("spark.jars.packages", ",".join(coordinates))
         .config("spark.jars.ivySettings", (PROJECT / "ivysettings.xml").as_uri())  # braces in the path: a URI
         .config("spark.ui.enabled", "false")
         .getOrCreate()
     )
-    loadable = spark._jvm.org.apache.spark.util.Utils.classIsLoadable("io.delta.sql.DeltaSparkSessionExtension")  # type: ignore[union-attr]
+    utils = spark._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
+    probes = ["io.delta.sql.DeltaSparkSessionExtension", "org.apache.spark.sql.kafka010.KafkaSourceProvider"]
+    missing = [probe for probe in probes if not utils.classIsLoadable(probe)]
     spark.stop()
-    if not loadable:
-        sys.exit(f"fetch_connectors: {coordinate} resolved but its classes did not load")
-    print(f"fetch_connectors: {coordinate} in Ivy's cache ({time.monotonic() - started:.1f} s)")
+    if missing:
+        sys.exit(f"fetch_connectors: {', '.join(coordinates)} resolved but {', '.join(missing)} did not load")
+    print(f"fetch_connectors: {', '.join(coordinates)} in Ivy's cache ({time.monotonic() - started:.1f} s)")
+    started = time.monotonic()
+    jars = machinery_module("tools.local_kafka").broker_jars()
+    print(f"fetch_connectors: the local Kafka broker's JARs in {jars} ({time.monotonic() - started:.1f} s)")
 
 
 if __name__ == "__main__":

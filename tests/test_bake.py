@@ -115,7 +115,7 @@ def test_join_bake_has_a_second_input_of_the_chosen_source(out):
 # What `python -m <package> packages` must print for each answer: the JVM connectors spark-submit needs.
 SPARK_VERSION = __import__("pyspark").__version__
 EXPECTED_PACKAGES = {
-    "kafka": f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}",
+    "kafka": f"org.apache.spark:spark-sql-kafka-0-10_2.13:{'.'.join(SPARK_VERSION.split('.')[:2])}.0",
     "delta": f"io.delta:delta-spark_{'.'.join(SPARK_VERSION.split('.')[:2])}_2.13:4.4.0",
 }
 
@@ -158,7 +158,10 @@ def test_combination_bakes_clean(out, answers):
     cluster = dry_run_make(project, "package", "MASTER=yarn", "DEPLOY_MODE=cluster")
     assert cluster.stdout.rstrip().endswith("--master yarn --deploy-mode cluster")
     assert ("sample-input" in makefile.split("\ndemo:")[1]) is (answers["source"] == "files")
-    assert ("STREAM_JOB_SOURCE__TYPE=rate" in makefile) is (answers["source"] != "files")
+    assert ("STREAM_JOB_SOURCE__TYPE=rate" in makefile) is (answers["source"] == "rate")
+    # A kafka project's demo feeds a local broker of its own, and has the targets to run one.
+    assert ("kafka feed" in makefile.split("\ndemo:")[1]) is (answers["source"] == "kafka")
+    assert ("\nkafka-up:" in makefile) is (answers["source"] == "kafka")
     assert ("STREAM_JOB_SINK__DELTA__WRITER=deltalake" in makefile) is (answers["sink"] == "delta")
     assert settings["spark"]["platform"] == answers["platform"]
     recorded = recorded_answers(project)

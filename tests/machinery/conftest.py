@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -25,6 +26,7 @@ from stream_job.machinery.durations import parse_duration
 from stream_job.machinery.endpoints.sample_input import write_sample_files
 from stream_job.machinery.runtime.job import apply_operator
 from stream_job.machinery.settings import ENV_PREFIX, Settings, load_settings
+from stream_job.machinery.tools import local_kafka
 from stream_job.query import EVENT_SCHEMA, OPERATOR
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -62,6 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "soak: 50 batches of the aggregation, to see that state levels off",
         "secondary: a proof another test makes more strictly (the test says which); CI leaves it out, make test-all runs it",
         "cluster: starts a Spark standalone cluster (a master and two workers) on 127.0.0.1",
+        "kafka: reads a real Kafka broker on 127.0.0.1 (the project's local one, from Maven Central)",
     ):
         config.addinivalue_line("markers", marker)
 
@@ -173,6 +176,55 @@ def files_job(
         },
     }
     return deep_merge(changes, operator_changes(operator, join_landing))
+
+
+# The SASL users of the tests' broker: PLAIN and SCRAM-SHA-256 both know them.
+KAFKA_USERS = {"alice": "alice-secret-Zq81"}
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory):
+    """One real Kafka broker (the project's local_kafka) for the run, with a SASL listener; stopped at the end."""
+    directory = tmp_path_factory.mktemp("kafka-broker")
+    broker = local_kafka.start(directory, users=KAFKA_USERS)
+    yield broker
+    local_kafka.stop(directory)
+
+
+def kafka_job(
+    tmp_path: Path,
+    broker: local_kafka.Broker,
+    sink: str,
+    provider: str,
+    files: int = 6,
+    topics: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """files_job's run with its inputs read from Kafka: each landing file's events produced, in order, to a
+    one-partition topic per input (named after the test unless given), and one file's worth per
+    micro-batch (max_offsets_per_trigger). The files stay where files_job wrote them, so
+    batch_expectation computes the same oracle from them."""
+    changes = files_job(tmp_path, sink, provider, files=files)
+    for number, section in enumerate(("source", "join_source")):
+        if changes.get(section) is None:
+            continue
+        landing = sorted(Path(changes[section]["files"]["path"]).glob("events-*.json"))
+        lines = [path.read_text().splitlines() for path in landing]
+        topic = topics[number] if topics else f"{tmp_path.name}-{section}"
+        local_kafka.create_topic(broker.bootstrap, topic)
+        local_kafka.produce(broker.bootstrap, topic, (line for file in lines for line in file))
+        kafka = {"bootstrap_servers": broker.bootstrap, "topic": topic, "max_offsets_per_trigger": len(lines[0])}
+        changes[section] = deep_merge(changes[section], {"type": "kafka", "kafka": kafka})
+    return changes
+
+
+def kafka_offsets(checkpoint: Path | str, batch: int) -> dict[str, dict[str, int]]:
+    """The Kafka offsets (topic -> partition -> next offset) that batch's offsets file holds, all sources merged."""
+    lines = (Path(checkpoint) / "offsets" / str(batch)).read_text().splitlines()[2:]
+    merged: dict[str, dict[str, int]] = {}
+    for line in lines:
+        for topic, partitions in json.loads(line).items():
+            merged.setdefault(topic, {}).update(partitions)
+    return merged
 
 
 def read_events_batch(spark: SparkSession, path: str) -> DataFrame:

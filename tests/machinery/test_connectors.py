@@ -27,7 +27,7 @@ from .conftest import PROJECT_DIR, clean_env, run_python
 
 SPARK = pyspark.__version__
 SPARK_MINOR = ".".join(SPARK.split(".")[:2])
-KAFKA = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK}"
+KAFKA = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_MINOR}.0"  # the minor's first release
 DELTA = f"io.delta:delta-spark_{SPARK_MINOR}_2.13:4.4.0"
 KAFKA_SOURCE = {"source": {"type": "kafka"}, "sink": {"type": "parquet"}}
 DELTA_SPARK = {"source": {"type": "rate"}, "sink": {"type": "delta", "delta": {"writer": "delta-spark"}}}

@@ -1,7 +1,8 @@
 """Exactly-once across a real crash: SIGKILL the job process mid-run, restart it, compare with a batch job.
 
 The job runs as `python main.py` in its own process on the files source (six landing files, one
-per micro-batch, available-now trigger). The test kills it with SIGKILL while a batch is in flight
+per micro-batch, available-now trigger), or on the same events read from a real Kafka broker (one
+file's worth per micro-batch). The test kills it with SIGKILL while a batch is in flight
 (its offsets are logged, its commit is not), restarts it on the same checkpoint, and compares the
 whole sink with the same computation run as a batch job on the same files: no row lost, none twice.
 """
@@ -23,6 +24,8 @@ from .conftest import (
     committed_batches,
     expected_row_count,
     files_job,
+    kafka_job,
+    kafka_offsets,
     run_python,
     start_job,
 )
@@ -54,20 +57,28 @@ def kill_mid_batch(process: subprocess.Popen, checkpoint: Path, sent: int = sign
     pytest.fail("the job did not reach a running batch in time")
 
 
-# Each operator's bake crashes its query once, on RocksDB into delta through Spark's own Delta sink
-# (delta-spark, the default writer, its JARs fetched from Maven Central; the custom_state bake:
-# RocksDB without changelog). The other cases are secondary, since what they add is proven
-# elsewhere: the repeated kills of test_fault_injection crash the default bake's query (the
-# windowed aggregation) into parquet on each store at two kill points; a parquet sink's commit does
-# not depend on the operator, nor a restored state on the sink it feeds; the deltalake writer's
-# skip of a replayed batch is test_delta_writer's.
+# Each operator's bake crashes its query once: read from a real Kafka broker (one topic per input),
+# on RocksDB, into delta through Spark's own Delta sink (delta-spark, the default writer; the JARs
+# of both from Maven Central; the custom_state bake: RocksDB without changelog). The other cases
+# are secondary, since what they add is proven elsewhere: the same crash on the files source; the
+# repeated kills of test_fault_injection crash the default bake's query (the windowed aggregation)
+# into parquet on each store at two kill points; a parquet sink's commit does not depend on the
+# operator, nor a restored state on the sink it feeds; the deltalake writer's skip of a replayed
+# batch is test_delta_writer's.
 SECONDARY = pytest.mark.secondary
 CASES = [
-    pytest.param("parquet", "hdfs", marks=SECONDARY, id="parquet-hdfs"),
-    pytest.param("parquet", "rocksdb", marks=[pytest.mark.operator, SECONDARY], id="parquet-rocksdb"),
-    pytest.param("delta", "hdfs", marks=SECONDARY, id="delta-hdfs"),
-    pytest.param("delta", "rocksdb", marks=[pytest.mark.operator, SECONDARY], id="delta-rocksdb"),
-    pytest.param("delta-spark", "rocksdb", marks=pytest.mark.operator, id="delta-spark-rocksdb"),
+    pytest.param("parquet", "hdfs", "files", marks=SECONDARY, id="parquet-hdfs"),
+    pytest.param("parquet", "rocksdb", "files", marks=[pytest.mark.operator, SECONDARY], id="parquet-rocksdb"),
+    pytest.param("delta", "hdfs", "files", marks=SECONDARY, id="delta-hdfs"),
+    pytest.param("delta", "rocksdb", "files", marks=[pytest.mark.operator, SECONDARY], id="delta-rocksdb"),
+    pytest.param("delta-spark", "rocksdb", "files", marks=[pytest.mark.operator, SECONDARY], id="delta-spark-rocksdb"),
+    pytest.param(
+        "delta-spark",
+        "rocksdb",
+        "kafka",
+        marks=[pytest.mark.operator, pytest.mark.kafka],
+        id="kafka-delta-spark-rocksdb",
+    ),
 ]
 
 # Spark's own Delta reader, in a session with the Delta JARs (the tests' shared session has none):
@@ -89,11 +100,14 @@ def read_by_sparks_delta_reader(spark, settings_path: Path, copy: Path):
     return spark.read.parquet(str(copy))
 
 
-@pytest.mark.parametrize(("sink", "provider"), CASES)
+@pytest.mark.parametrize(("sink", "provider", "source"), CASES)
 def test_sigkill_mid_batch_then_restart_loses_and_repeats_nothing(
-    spark, make_settings, write_settings, tmp_path, sink, provider
+    spark, make_settings, write_settings, tmp_path, request, sink, provider, source
 ):
-    changes = files_job(tmp_path, sink, provider)
+    if source == "kafka":
+        changes = kafka_job(tmp_path, request.getfixturevalue("kafka_broker"), sink, provider)
+    else:
+        changes = files_job(tmp_path, sink, provider)
     path = write_settings(changes)
     settings = make_settings(changes)
     checkpoint = Path(settings.query.checkpoint_location)
@@ -109,6 +123,13 @@ def test_sigkill_mid_batch_then_restart_loses_and_repeats_nothing(
     # The restart ran the killed batch again, then the rest: six files, then the closing batch.
     assert committed_batches(checkpoint) == list(range(7))
     assert f"batch {in_flight}:" in restart.stdout
+    if source == "kafka":
+        # Every record of every topic read, by the offsets the last batch committed (40 per file).
+        topics = {
+            settings.inputs[section].kafka.topic: {"0": 240 if section == "source" else 192}
+            for section in settings.inputs
+        }
+        assert kafka_offsets(checkpoint, 6) == topics
 
     expected = batch_expectation(spark, settings)
     assert expected.count() == expected_row_count(settings.query.operator, files=6)

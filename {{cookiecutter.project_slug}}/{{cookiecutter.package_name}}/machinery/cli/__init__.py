@@ -1,7 +1,7 @@
 """Command line: run the job, size the state, look at the output.
 
 Exit codes: 0 done, 1 the query failed, 2 bad settings or arguments, 3 something the job needs is
-missing from this machine (Java, a connector JAR, the deltalake package), 4 the settings disagree
+missing from this machine (Java, a connector JAR, the deltalake package, the local Kafka broker), 4 the settings disagree
 with the existing checkpoint (nothing was started or changed).
 """
 
@@ -20,14 +20,16 @@ from ..endpoints.delta_writer import MissingPackageError
 from ..runtime.connectors import ConnectorError
 from ..runtime.java import JavaError
 from ..settings import SettingsError
-from . import bench, checkpoint, config, data, estimate, package, run
+from ..tools.local_kafka import LocalKafkaError
+from . import bench, checkpoint, config, data, estimate, kafka, package, run
 from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_MISSING_DEPENDENCY
 
 # In the order `--help` lists their commands.
-COMMAND_MODULES = (run, estimate, package, checkpoint, bench, config, data)
+COMMAND_MODULES = (run, estimate, package, checkpoint, bench, config, data, kafka)
 MISSING_DEPENDENCY_PREFIXES = {
     JavaError: "java error",
     ConnectorError: "connector error",
+    LocalKafkaError: "kafka error",
     MissingPackageError: "package error",
 }
 
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in error.lines:
             print(f"settings error: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (JavaError, ConnectorError, MissingPackageError) as error:
+    except (JavaError, ConnectorError, MissingPackageError, LocalKafkaError) as error:
         print(f"{MISSING_DEPENDENCY_PREFIXES[type(error)]}: {error}", file=sys.stderr)
         return EXIT_MISSING_DEPENDENCY
     except CheckpointUnreadable as error:

@@ -15,7 +15,14 @@ from ..endpoints.delta_writer import require_deltalake
 from ..settings import Settings, SettingsError, load_settings, nearest_existing_folder
 from ..sizing.partitions import TASKS_PER_CORE, for_cores, local_cores
 from ..text import first_line
-from .arguments import EXIT_CHECKPOINT_DRIFT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
+from .arguments import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECKPOINT_DRIFT,
+    EXIT_QUERY_FAILED,
+    add_settings_argument,
+    positive_float,
+    positive_int,
+)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -48,6 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pyspark.errors import StreamingQueryException
 
     from ..checkpoint.state_key import StateKeyChanged
+    from ..endpoints.kafka_check import KafkaSourceError, check_kafka_inputs, require_brokers
     from ..runtime.connectors import require_connectors
     from ..runtime.job import run_query
     from ..runtime.session import build_session
@@ -56,10 +64,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(startup_line(settings, spark.version, spark.sparkContext.master), file=remarks_to, flush=True)
     try:
         require_connectors(spark, settings)
+        require_brokers(settings)
+        for remark in check_kafka_inputs(spark, settings):
+            print(f"source: {remark}", file=remarks_to, flush=True)
         run_query(spark, settings, args.max_batches, args.timeout)
     except StateKeyChanged as error:
         print(f"checkpoint error: {error}", file=sys.stderr)
         return EXIT_CHECKPOINT_DRIFT
+    except KafkaSourceError as error:
+        print(f"source error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except StreamingQueryException as error:
         print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)
         print(f"checkpoint: {settings.query.checkpoint_location}", file=sys.stderr)
@@ -67,6 +81,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in damaged_checkpoint_advice(chain, settings.query.checkpoint_location):
             print(line, file=sys.stderr)
         for line in disk_full_advice(chain, settings):
+            print(line, file=sys.stderr)
+        for line in data_loss_advice(chain, settings) + bad_record_advice(chain, settings):
             print(line, file=sys.stderr)
         return EXIT_QUERY_FAILED
     finally:
@@ -153,6 +169,37 @@ def disk_full_advice(message: str, settings: Settings) -> list[str]:
         *lines,
         "Free space and start again: the batch that failed was not committed and runs again, and what was"
         " committed stays (a sink counts only committed batches).",
+    ]
+
+
+def data_loss_advice(message: str, settings: Settings) -> list[str]:
+    """Kafka deleted records (retention, or by hand) before the job read them, and failOnDataLoss stopped it."""
+    if "failOnDataLoss" not in message:
+        return []
+    sections = [section for section, source in settings.inputs.items() if source.type == "kafka"]
+    setting = " / ".join(f"{section}.kafka.fail_on_data_loss" for section in sections)
+    return [
+        f"data loss: records the checkpoint still needed were deleted from Kafka before they were read"
+        f" (retention ran first, or the topic was recreated); {setting} is true, so the job stopped and committed"
+        f" nothing past them. Set it to false to go on without them (they are lost for the output), or replay"
+        f" them from elsewhere into a new checkpoint; then raise the topic's retention.ms above the job's longest"
+        f" stop."
+    ]
+
+
+def bad_record_advice(message: str, settings: Settings) -> list[str]:
+    """A record that does not parse, with on_bad_record fail: where to look, and the two ways on."""
+    if "MALFORMED_RECORD_IN_PARSING" not in message:
+        return []
+    failing = [
+        f"{section}.{source.type}.on_bad_record"
+        for section, source in settings.inputs.items()
+        if source.type in ("files", "kafka") and getattr(source, source.type).on_bad_record == "fail"
+    ]
+    return [
+        f"bad record: an input record does not parse as EVENT_SCHEMA's JSON and {' / '.join(failing)} is fail,"
+        " so the batch stopped uncommitted (nothing of it was written). Fix or remove the record at its source,"
+        " or set on_bad_record to drop to skip such records; the next start runs the batch again."
     ]
 
 

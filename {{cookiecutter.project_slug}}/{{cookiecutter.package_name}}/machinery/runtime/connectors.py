@@ -40,6 +40,13 @@ def spark_minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
+def kafka_connector_version(spark_version: str) -> str:
+    """The connector of Spark's minor release, x.y.0: Spark publishes it with the minor, and it runs on
+    the minor's patch releases (4.2.0 on pyspark 4.2.1, tested here, where 4.2.1's is not served; a
+    connector of another minor fails with NoSuchMethodError)."""
+    return f"{spark_minor(spark_version)}.0"
+
+
 def required_connectors(settings: Settings, spark_version: str = pyspark.__version__) -> list[Connector]:
     connectors = []
     kafka_inputs = [section for section, source in settings.inputs.items() if source.type == "kafka"]
@@ -47,7 +54,7 @@ def required_connectors(settings: Settings, spark_version: str = pyspark.__versi
         connectors.append(
             Connector(
                 " and ".join(f"{section}.type kafka" for section in kafka_inputs),
-                f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{spark_version}",
+                f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{kafka_connector_version(spark_version)}",
                 "org.apache.spark.sql.kafka010.KafkaSourceProvider",
             )
         )

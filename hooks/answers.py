@@ -291,5 +291,7 @@ def decision_comment(answers: dict[str, Any], sizing: Any, decision: Any, partit
         f"shuffle_partitions requested: {answers['shuffle_partitions']}; max_cores: {answers['max_cores']}",
         *partition_lines,
         "The provider and spark.shuffle_partitions are pinned into the checkpoint at the first run;",
-        "changing either later needs a new checkpoint location and reprocessing.",
+        "a new provider needs a new checkpoint location and reprocessing. The partitions of a rocksdb",
+        f"checkpoint can be moved later with the job stopped (python -m {package} repartition, Spark 4.2+);",
+        "those of an hdfs checkpoint cannot.",
     ]

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..contract import QUERY_MODULE
+from ..contract import PACKAGE, QUERY_MODULE
 from ..operators import BY_SPARK_NAME, OPERATORS
 from ..runtime.session import PROVIDER_CLASSES, spark_confs
 from ..settings import Settings
@@ -36,13 +36,15 @@ class Drift:
     why: str
     # Where the value comes from: the settings, or the code (the operator the query module declares).
     source: str = "settings"
+    # A way to convert the existing state, where there is one.
+    convert: str = ""
 
     def message(self, checkpoint: str) -> str:
+        keep = self.convert or " (the existing state cannot be converted)"
         return (
             f"{self.setting} is {self.in_settings} in {self.source}, but the checkpoint {checkpoint} holds"
             f" {self.in_checkpoint}: {self.why} Either set {self.setting} back to {self.in_checkpoint},"
-            " or set query.checkpoint_location to a new directory and reprocess the input from the start"
-            " (the existing state cannot be converted)."
+            f" or set query.checkpoint_location to a new directory and reprocess the input from the start{keep}."
         )
 
 
@@ -62,10 +64,10 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     """Compare the settings with the checkpoint they point at (nothing to compare when there is none)."""
     location = settings.query.checkpoint_location
     report = GuardReport(location)
-    if "://" in location and not location.startswith("file:"):
+    checkpoint = local_checkpoint(location)
+    if checkpoint is None:
         report.notes.append(f"checkpoint {location} is not on the local file system; the guard cannot read it")
         return report
-    checkpoint = Path(location.removeprefix("file:"))
     check_log_files(checkpoint)
     latest = latest_offsets(checkpoint)
     if latest is None:
@@ -79,19 +81,36 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     return report
 
 
+def local_checkpoint(location: str) -> Path | None:
+    """The folder of a checkpoint on the local file system, None for any other file system."""
+    if "://" in location and not location.startswith("file:"):
+        return None
+    return Path(location.removeprefix("file://").removeprefix("file:"))
+
+
 def latest_offsets(checkpoint: Path) -> tuple[int, dict[str, str]] | None:
     """(batch id, pinned confs) of the newest offsets file, or None without one."""
     path = highest_numbered(checkpoint / "offsets")
     if path is None:
         return None
+    metadata = _offsets_metadata(path)
+    return int(path.name), {key: str(value) for key, value in metadata.get("conf", {}).items()}
+
+
+def batch_metadata(checkpoint: Path, batch: int) -> dict | None:
+    """The metadata line of one batch's offsets file (its watermark, its pinned confs), None without one."""
+    path = checkpoint / "offsets" / str(batch)
+    return _offsets_metadata(path) if path.is_file() else None
+
+
+def _offsets_metadata(path: Path) -> dict:
     lines = path.read_text(encoding="utf-8").splitlines()
     try:
-        metadata = json.loads(lines[1])
-    except (IndexError, json.JSONDecodeError):
+        return dict(json.loads(lines[1]))
+    except (IndexError, TypeError, ValueError):
         raise CheckpointUnreadable(
             f"{path}: not a Spark offsets file (no metadata line; half-written?); {RESTORE_OR_RESTART}"
         ) from None
-    return int(path.name), {key: str(value) for key, value in metadata.get("conf", {}).items()}
 
 
 def _numbered(folder: Path) -> list[Path]:
@@ -177,6 +196,7 @@ def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
                     wanted[key],
                     recorded,
                     "the state is split into that many partitions, and Spark keeps using them.",
+                    convert=repartition_advice(provider_name(pinned.get(PROVIDER_CONF, "")), wanted[key]),
                 )
             )
         else:
@@ -186,6 +206,20 @@ def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
                 )
             )
     return drifts
+
+
+def repartition_advice(provider: str, partitions: str) -> str:
+    """How the state can move to other partitions, on the provider that holds it."""
+    if provider == "rocksdb":
+        return (
+            f"; or keep the state and move it into {partitions} partition{'' if partitions == '1' else 's'} with the"
+            " job stopped:"
+            f" python -m {PACKAGE} repartition --partitions {partitions}"
+        )
+    return (
+        f" (a checkpoint of the {provider} store cannot be repartitioned: Spark's repartitioning reads RocksDB"
+        " state only)"
+    )
 
 
 def operator_drifts(settings: Settings, checkpoint: Path) -> list[Drift]:

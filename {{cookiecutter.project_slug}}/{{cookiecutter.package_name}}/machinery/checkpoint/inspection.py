@@ -18,10 +18,13 @@ from ..operators import BY_SPARK_NAME
 from ..sizing import capacity
 from ..text import first_line
 from .guard import (
+    PARTITIONS_CONF,
     RESTORE_OR_RESTART,
     CheckpointUnreadable,
+    batch_metadata,
     highest_numbered,
     latest_offsets,
+    local_checkpoint,
     provider_name,
 )
 
@@ -144,16 +147,17 @@ def inspect_checkpoint(
     """Read every operator's state as of `batch_id` (default: the last committed batch); `facts` are
     checkpoint_facts(location, batch_id), read before Spark started."""
     _, provider = facts
-    local = _local_path(location)
+    local = local_checkpoint(location)
     metadata, batch = state_metadata(spark, location, facts, batch_id)
     operators: dict[int, OperatorState] = {}
     for row in metadata:
+        partitions = state_partitions(local, batch, row.numPartitions)
         operator = operators.setdefault(
             row.operatorId,
-            OperatorState(row.operatorId, row.operatorName, row.numPartitions, row.minBatchId, row.maxBatchId),
+            OperatorState(row.operatorId, row.operatorName, partitions, row.minBatchId, row.maxBatchId),
         )
         try:
-            operator.stores += _read_stores(spark, location, batch, row)
+            operator.stores += _read_stores(spark, location, batch, row, partitions)
         except spark_errors() as error:
             raise CheckpointUnreadable(
                 f"{location}: Spark cannot read the state of operator {row.operatorId}, store"
@@ -194,6 +198,15 @@ def state_metadata(
     return metadata, batch
 
 
+def state_partitions(checkpoint: Path | None, batch: int, in_metadata: int) -> int:
+    """The state partitions of one batch: the shuffle partitions its offsets file pins. After a
+    repartition, the state metadata of aggregation, deduplication and join still gives the old count
+    (Spark rewrites only the versioned v2 metadata), so it is only the fallback."""
+    metadata = None if checkpoint is None else batch_metadata(checkpoint, batch)
+    pinned = (metadata or {}).get("conf", {}).get(PARTITIONS_CONF)
+    return int(pinned) if pinned is not None else in_metadata
+
+
 def spark_errors() -> tuple[type[Exception], ...]:
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
@@ -201,18 +214,12 @@ def spark_errors() -> tuple[type[Exception], ...]:
     return (PySparkException, Py4JJavaError)
 
 
-def _local_path(location: str) -> Path | None:
-    if "://" in location and not location.startswith("file:"):
-        return None
-    return Path(location.removeprefix("file://").removeprefix("file:"))
-
-
 def checkpoint_facts(location: str, batch_id: int | None = None) -> tuple[int | None, str]:
     """(last committed batch, provider) from the checkpoint's own files, without Spark; checks batch_id.
 
     A checkpoint outside the local file system is left to Spark: (None, "unknown").
     """
-    checkpoint = _local_path(location)
+    checkpoint = local_checkpoint(location)
     if checkpoint is None:
         return None, "unknown (not a local checkpoint)"
     if not (checkpoint / "offsets").is_dir():
@@ -230,23 +237,29 @@ def checkpoint_facts(location: str, batch_id: int | None = None) -> tuple[int | 
     return int(committed.name), provider_name(provider_class) if provider_class else "unknown"
 
 
-def _read_stores(spark: SparkSession, location: str, batch: int, row) -> list[StoreRows]:
+def _read_stores(spark: SparkSession, location: str, batch: int, row, partitions: int) -> list[StoreRows]:
     """The stores (or, for transformWithState, the state variables) that one metadata row stands for."""
     base = {"operatorId": str(row.operatorId), "batchId": str(batch)}
     if row.operatorName.startswith("transformWithState"):
         properties = json.loads(row.operatorProperties or "{}")
         names = [v["stateName"] for v in properties.get("stateVariables", []) if not v["stateName"].startswith("$")]
-        stores = [StoreRows(name, True, _rows(spark, location, row, {**base, "stateVarName": name})) for name in names]
-        stores.append(StoreRows(TIMERS, False, _rows(spark, location, row, {**base, "readRegisteredTimers": "true"})))
+        stores = [
+            StoreRows(name, True, _rows(spark, location, partitions, {**base, "stateVarName": name})) for name in names
+        ]
+        stores.append(
+            StoreRows(TIMERS, False, _rows(spark, location, partitions, {**base, "readRegisteredTimers": "true"}))
+        )
         return stores
     options = {**base, "storeName": row.stateStoreName}
     return [
-        StoreRows(row.stateStoreName, row.stateStoreName not in JOIN_INDEX_STORES, _rows(spark, location, row, options))
+        StoreRows(
+            row.stateStoreName, row.stateStoreName not in JOIN_INDEX_STORES, _rows(spark, location, partitions, options)
+        )
     ]
 
 
-def _rows(spark: SparkSession, location: str, row, options: dict[str, str]) -> list[int]:
-    counts = [0] * row.numPartitions
+def _rows(spark: SparkSession, location: str, partitions: int, options: dict[str, str]) -> list[int]:
+    counts = [0] * partitions
     state = spark.read.format("statestore").options(**options).load(location)
     for partition in state.groupBy("partition_id").count().collect():
         counts[partition.partition_id] = partition["count"]

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..operators import BY_SPARK_NAME, operator
+from .guard import batch_metadata, local_checkpoint
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import DataFrame, SparkSession
@@ -156,11 +156,9 @@ def _times(*parts: dict[str, Any] | None) -> list[str]:
 
 def _watermark(location: str, batch: int) -> datetime | None:
     """The watermark batch `batch` ran with (its offsets file's batchWatermarkMs); None off the local disk."""
-    path = Path(location.removeprefix("file://").removeprefix("file:")) / "offsets" / str(batch)
-    if "://" in location and not location.startswith("file:") or not path.is_file():
-        return None
-    lines = path.read_text(encoding="utf-8").splitlines()
-    milliseconds = json.loads(lines[1]).get("batchWatermarkMs", 0) if len(lines) > 1 else 0
+    checkpoint = local_checkpoint(location)
+    metadata = None if checkpoint is None else batch_metadata(checkpoint, batch)
+    milliseconds = (metadata or {}).get("batchWatermarkMs", 0)
     return datetime.fromtimestamp(milliseconds / 1000, UTC) if milliseconds else None
 
 

@@ -2,7 +2,7 @@
 
 Exit codes: 0 done, 1 the query failed, 2 bad settings or arguments, 3 something the job needs is
 missing from this machine (Java, a connector JAR, the deltalake package, the local Kafka broker), 4 the settings disagree
-with the existing checkpoint (nothing was started or changed).
+with the existing checkpoint, or it is in use, or a repartition was refused (nothing was started or changed).
 """
 
 # (The docstring above is the description `--help` prints.) Each command module registers its
@@ -15,22 +15,30 @@ import sys
 
 from ..checkpoint.guard import CheckpointUnreadable
 from ..checkpoint.inspection import InspectError
+from ..checkpoint.repartition import RepartitionRefused
+from ..checkpoint.run_lock import CheckpointBusy
 from ..contract import PACKAGE
 from ..endpoints.delta_writer import MissingPackageError
 from ..runtime.connectors import ConnectorError
 from ..runtime.java import JavaError
 from ..settings import SettingsError
 from ..tools.local_kafka import LocalKafkaError
-from . import bench, checkpoint, config, data, estimate, kafka, package, run
+from . import bench, checkpoint, config, data, estimate, kafka, package, repartition, run
 from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_MISSING_DEPENDENCY
 
 # In the order `--help` lists their commands.
-COMMAND_MODULES = (run, estimate, package, checkpoint, bench, config, data, kafka)
+COMMAND_MODULES = (run, estimate, package, checkpoint, repartition, bench, config, data, kafka)
 MISSING_DEPENDENCY_PREFIXES = {
     JavaError: "java error",
     ConnectorError: "connector error",
     LocalKafkaError: "kafka error",
     MissingPackageError: "package error",
+}
+# Refusals that leave the checkpoint as it was.
+CHECKPOINT_PREFIXES = {
+    CheckpointUnreadable: "checkpoint error",
+    CheckpointBusy: "checkpoint error",
+    RepartitionRefused: "repartition refused",
 }
 
 __all__ = ["main", "parser"]
@@ -55,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     except (JavaError, ConnectorError, MissingPackageError, LocalKafkaError) as error:
         print(f"{MISSING_DEPENDENCY_PREFIXES[type(error)]}: {error}", file=sys.stderr)
         return EXIT_MISSING_DEPENDENCY
-    except CheckpointUnreadable as error:
-        print(f"checkpoint error: {error}", file=sys.stderr)
+    except (CheckpointUnreadable, CheckpointBusy, RepartitionRefused) as error:
+        print(f"{CHECKPOINT_PREFIXES[type(error)]}: {error}", file=sys.stderr)
         return EXIT_CHECKPOINT_DRIFT
     except InspectError as error:
         print(f"inspect error: {error}", file=sys.stderr)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..checkpoint.guard import RESTORE_OR_RESTART, GuardReport, check_checkpoint, empty_state_files
+from ..checkpoint.run_lock import holding
 from ..contract import PACKAGE
 from ..endpoints.delta_writer import require_deltalake
 from ..settings import Settings, SettingsError, load_settings, nearest_existing_folder
@@ -51,7 +52,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_CHECKPOINT_DRIFT
     if settings.sink.delta_writer == "deltalake":
         require_deltalake()
-    # Spark is imported only now, so that bad input never starts a JVM.
+    # Spark is imported only after the checks (in _run), so that bad input never starts a JVM; the
+    # lock keeps a second job or a repartition off this checkpoint while the job runs.
+    with holding(settings.query.checkpoint_location, "this job"):
+        return _run(settings, args, remarks_to)
+
+
+def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO) -> int:
     from pyspark.errors import StreamingQueryException
 
     from ..checkpoint.state_key import StateKeyChanged

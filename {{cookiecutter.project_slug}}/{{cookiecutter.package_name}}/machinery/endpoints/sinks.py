@@ -10,13 +10,14 @@ from ..settings import QuerySettings, SinkSettings
 from .delta_writer import DeltaLakeBatchWriter
 
 
-def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings) -> StreamingQuery:
+def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings, one_batch: bool = False) -> StreamingQuery:
+    """Start the query; one_batch runs a single batch and ends (the unfinished batch first, if there is one)."""
     writer = (
         result.writeStream.queryName(query.name)
         .outputMode(sink.output_mode)
         .option("checkpointLocation", query.checkpoint_location)
     )
-    writer = _with_trigger(writer, query.trigger)
+    writer = writer.trigger(once=True) if one_batch else _with_trigger(writer, query.trigger)
     if sink.type == "parquet":
         # The file sink is exactly-once: a batch's files count only once its _spark_metadata entry is written.
         return writer.format("parquet").option("path", sink.path).start()

@@ -23,6 +23,9 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 IVY_SETTINGS = "ivysettings.xml"
 IVY_SETTINGS_CONF = "spark.jars.ivySettings"
+# The Spark releases Delta Lake publishes delta-spark for (4.4.x: delta-spark_4.0, _4.1 and _4.2);
+# none for 4.3 yet.
+DELTA_SPARK_MINORS = ("4.0", "4.1", "4.2")
 
 
 class ConnectorError(Exception):
@@ -59,6 +62,13 @@ def required_connectors(settings: Settings, spark_version: str = pyspark.__versi
             )
         )
     if settings.sink.delta_writer == "delta-spark":
+        if spark_minor(spark_version) not in DELTA_SPARK_MINORS:
+            raise ConnectorError(
+                f"sink.delta.writer delta-spark: Delta Lake publishes no delta-spark build for Spark"
+                f" {spark_minor(spark_version)} (pyspark {spark_version} is installed; builds exist for Spark"
+                f" {', '.join(DELTA_SPARK_MINORS)}). Install pyspark 4.2.x (pip install 'pyspark>=4.2.1,<4.3'),"
+                " or set sink.delta.writer to deltalake"
+            )
         connectors.append(
             Connector(
                 "sink.type delta with sink.delta.writer delta-spark",

@@ -279,10 +279,21 @@ def report(sizing: Estimate, decision: Decision | None = None, partition_lines: 
     lines.extend(f"  {line}" for line in partition_lines)
     lines.append(
         "  Note: the provider and the number of shuffle partitions are pinned into the checkpoint"
-        " at the first run; Spark ignores later changes to either. Changing them means a new"
-        " checkpoint and reprocessing."
+        " at the first run; Spark ignores later changes to either. A new provider means a new"
+        f" checkpoint and reprocessing. {_repartition_note(decision)}"
     )
     return "\n".join(lines)
+
+
+def _repartition_note(decision: Decision | None) -> str:
+    """Only RocksDB state can be moved into other partitions later: a reason to prefer it for state that may grow."""
+    can = (
+        "The partitions of a rocksdb checkpoint can be changed later with the job stopped (the repartition"
+        " command, Spark 4.2 and later); those of an hdfs checkpoint cannot"
+    )
+    if decision is not None and decision.provider == "hdfs":
+        return can + ": if the stream may outgrow them, rocksdb keeps that way open."
+    return can + "."
 
 
 def _heap_working(e: Estimate) -> str:

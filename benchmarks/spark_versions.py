@@ -1,0 +1,155 @@
+"""Spark versions: the generated project's tests and the machinery's proofs on another pyspark.
+
+CI runs everything on the pyspark that pyproject.toml pins (4.2.x). This script runs the same
+proofs on another release, one bake per operator (RocksDB, files source, parquet sink), in a
+virtual environment of its own under build/ that holds that pyspark and the project's other
+dependencies: the generated project's own tests (`tests/`), then the machinery proofs of
+tests/machinery that CI runs in that bake, minus those that need JARs that release does not
+have here (the Kafka connector and Delta Lake's JVM sink: see the README's compatibility table).
+Prints one line per bake and writes the counts, the failures and the machine to
+RESULTS_DIR/spark_versions.json and spark_versions.md.
+
+    .venv/bin/python benchmarks/spark_versions.py [--pyspark 4.3.0] [--operators deduplication,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from cookiecutter.main import cookiecutter
+
+REPO = Path(__file__).resolve().parents[1]
+PROOFS = REPO / "tests" / "machinery"
+OPERATORS = ("windowed_aggregation", "deduplication", "stream_stream_join", "custom_state")
+# What CI runs in each bake (tests/test_machinery.py), less what needs JARs this release lacks here.
+NOT_HERE = "not kafka and not secondary and not soak"
+MARKERS = {
+    "windowed_aggregation": f"not cluster and {NOT_HERE}",
+    "deduplication": f"operator and {NOT_HERE}",
+    "stream_stream_join": f"operator and {NOT_HERE}",
+    "custom_state": f"operator and {NOT_HERE}",
+}
+# Test ids that use Delta Lake's JVM sink (delta-spark), which has no build for Spark 4.3.
+DESELECT = "not delta-spark and not delta_spark"
+DEPENDENCIES = [
+    "pydantic>=2.11,<3",
+    "pydantic-settings>=2.10,<3",
+    "pyyaml>=6.0,<7",
+    "pyarrow>=18",
+    "deltalake>=1.6,<2",
+    "pandas>=2.2,<3",
+    "protobuf>=6.33",
+    "matplotlib>=3.8,<4",
+    "pytest>=8,<10",
+    "ruff==0.16.9",
+    "mypy>=1.13,<2",
+    "types-PyYAML",
+]
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pyspark", default="4.3.0", help="the pyspark release to run on (default: %(default)s)")
+    parser.add_argument("--operators", default=",".join(OPERATORS), help="comma-separated (default: all four)")
+    parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
+    args = parser.parse_args()
+    args.operators = [name.strip() for name in args.operators.split(",") if name.strip()]
+    unknown = sorted(set(args.operators) - set(OPERATORS))
+    if unknown or not args.operators:
+        parser.error(f"--operators: unknown {unknown}; choose from {', '.join(OPERATORS)}")
+    if not re.fullmatch(r"\d+\.\d+\.\d+", args.pyspark):
+        parser.error(f"--pyspark {args.pyspark!r}: give a release such as 4.3.0")
+    return args
+
+
+def environment(version: str) -> Path:
+    """build/venv-pyspark-<version>, created once, with that pyspark and the project's other dependencies."""
+    venv = REPO / "build" / f"venv-pyspark-{version}"
+    python = venv / "bin" / "python"
+    installed = subprocess.run([str(python), "-c", "import pyspark; print(pyspark.__version__)"], capture_output=True)
+    if installed.returncode == 0 and installed.stdout.decode().strip() == version:
+        return python
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", f"pyspark=={version}", *DEPENDENCIES], check=True)
+    return python
+
+
+def run_bake(python: Path, operator: str, scratch: Path) -> dict[str, object]:
+    """Bake, then run the project's own tests and the machinery's proofs in it; the counts of both."""
+    answers = {"stateful_operator": operator, "state_store_provider": "rocksdb", "source": "files", "sink": "parquet"}
+    project = Path(cookiecutter(str(REPO), no_input=True, extra_context=answers, output_dir=str(scratch / operator)))
+    shutil.copytree(PROOFS, project / "machinery_tests", ignore=shutil.ignore_patterns("__pycache__"))
+    pytest = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    suites = [
+        [*pytest, "tests"],
+        [*pytest, "-p", "tests.conftest", "machinery_tests", "-m", MARKERS[operator], "-k", DESELECT],
+    ]
+    run: dict[str, object] = {"operator": operator, "exit": 0, "seconds": 0.0, "failures": []}
+    log = []
+    for command in suites:
+        started = time.monotonic()
+        done = subprocess.run(command, cwd=project, capture_output=True, text=True)
+        run["seconds"] = round(float(run["seconds"]) + time.monotonic() - started, 1)  # type: ignore[arg-type]
+        run["exit"] = max(int(run["exit"]), done.returncode)  # type: ignore[call-overload]
+        summary = next((line for line in reversed(done.stdout.splitlines()) if " in " in line), "")
+        for number, word in re.findall(r"(\d+) (passed|failed|skipped|errors?)", summary):
+            key = "failed" if word.startswith("error") else word
+            run[key] = int(run.get(key, 0)) + int(number)  # type: ignore[call-overload]
+        run["failures"] += sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, re.MULTILINE)))  # type: ignore[operator]
+        log.append(f"$ {' '.join(command)}\n{done.stdout}\n{done.stderr}")
+    (scratch / f"{operator}.log").write_text("\n".join(log))
+    return run
+
+
+def write_results(results_dir: Path, version: str, runs: list[dict[str, object]]) -> None:
+    machine = {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    record = {"pyspark": version, "machine": machine, "runs": runs, "when": time.strftime("%Y-%m-%d")}
+    results_dir.mkdir(parents=True, exist_ok=True)
+    (results_dir / "spark_versions.json").write_text(json.dumps(record, indent=2) + "\n")
+    lines = [
+        f"# The suite on pyspark {version} ({record['when']}, {machine['cores']} cores)",
+        "",
+        "One bake per operator (RocksDB, files, parquet): the generated project's tests and the machinery",
+        f"proofs CI runs there, without Kafka and delta-spark (`-m '... and {NOT_HERE}' -k '{DESELECT}'`).",
+        "",
+        "| operator | passed | failed | skipped | seconds | failures |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for run in runs:
+        failures = ", ".join(f"`{name}`" for name in run["failures"]) or "-"  # type: ignore[union-attr]
+        lines.append(
+            f"| {run['operator']} | {run.get('passed', 0)} | {run.get('failed', 0)} | {run.get('skipped', 0)}"
+            f" | {run['seconds']} | {failures} |"
+        )
+    (results_dir / "spark_versions.md").write_text("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    args = arguments()
+    python = environment(args.pyspark)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="spark-versions-") as scratch:
+        for operator in args.operators:
+            run = run_bake(python, operator, Path(scratch))
+            runs.append(run)
+            print(json.dumps(run), flush=True)
+            if run["exit"] != 0:
+                args.results_dir.mkdir(parents=True, exist_ok=True)
+                shutil.copy(Path(scratch) / f"{operator}.log", args.results_dir / f"spark_versions_{operator}.log")
+    write_results(args.results_dir, args.pyspark, runs)
+    print(f"results: {args.results_dir / 'spark_versions.md'}")
+    return 0 if all(run["exit"] == 0 for run in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""`repartition`: a RocksDB checkpoint's state moved into other partitions, and every refusal.
+
+The job runs as its own process on the files source (available-now, one landing file per batch);
+the landing files arrive in three parts, and between the parts the checkpoint is repartitioned
+4 -> 8 and back to 4 by the real command (Spark's offline runner underneath). The whole output is
+compared with the same computation as a batch job on all the files: no row lost or written twice
+across the changes. Each refusal is checked to leave the checkpoint byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.testing import assertDataFrameEqual
+from stream_job.machinery.endpoints.file_sink_log import COMPACT_INTERVAL_CONF
+from stream_job.machinery.endpoints.output import read_output
+
+from .conftest import (
+    BAKED_OPERATOR,
+    batch_expectation,
+    clean_env,
+    committed_batches,
+    digest,
+    files_job,
+    run_cli,
+    run_python,
+    start_job,
+)
+
+pytestmark = [pytest.mark.streaming]
+
+
+def landing_dirs(settings) -> list[Path]:
+    return [Path(source.files.path) for source in settings.inputs.values()]
+
+
+def hold_back(settings, keep: int, aside: Path) -> None:
+    """Move all but the first `keep` landing files of each input aside (they arrive later)."""
+    for landing in landing_dirs(settings):
+        held = aside / landing.name
+        held.mkdir(parents=True, exist_ok=True)
+        for path in sorted(landing.iterdir())[keep:]:
+            path.rename(held / path.name)
+
+
+def let_arrive(settings, count: int, aside: Path) -> None:
+    """Move the next `count` held-back files of each input into its landing folder."""
+    for landing in landing_dirs(settings):
+        for path in sorted((aside / landing.name).iterdir())[:count]:
+            path.rename(landing / path.name)
+
+
+def pinned_partitions(checkpoint: Path) -> int:
+    newest = max(int(path.name) for path in (checkpoint / "offsets").iterdir() if path.name.isdigit())
+    metadata = json.loads((checkpoint / "offsets" / str(newest)).read_text().splitlines()[1])
+    return int(metadata["conf"]["spark.sql.shuffle.partitions"])
+
+
+def sink_entry_line(batch: int, interval: int, settings) -> str:
+    name = f"{batch}.compact" if (batch + 1) % interval == 0 else str(batch)
+    return f"log has batch {batch} as one without files ({settings.sink.path}/_spark_metadata/{name})"
+
+
+def run_job(settings_path: Path):
+    result = run_python("main.py", "--settings", str(settings_path), env=clean_env())
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
+
+
+def repartition(settings_path: Path, *flags: str):
+    return run_cli("repartition", "--settings", str(settings_path), *flags)
+
+
+@pytest.mark.operator
+def test_repartition_4_to_8_and_back_keeps_the_output_exact(spark, make_settings, write_settings, tmp_path):
+    changes = files_job(tmp_path, "parquet", "rocksdb", changelog=True, files=6)
+    changes["spark"]["shuffle_partitions"] = 4
+    # The parquet sink's log needs an entry for each batch the runner adds, merged ones included: with
+    # a merge every 4 batches both repartitions land on a merge batch (3, 7); every 5, Spark's own
+    # merges (4, 9) read the plain entries written for them. Two bakes take each.
+    interval = 4 if BAKED_OPERATOR in ("windowed_aggregation", "stream_stream_join") else 5
+    changes["spark"]["conf"] = {COMPACT_INTERVAL_CONF: interval}
+    settings_4 = write_settings(changes)
+    settings = make_settings(changes)
+    changes["spark"]["shuffle_partitions"] = 8
+    settings_8 = write_settings(changes, name="settings-8.yaml")
+    checkpoint = Path(settings.query.checkpoint_location)
+    hold_back(settings, 2, tmp_path / "later")
+
+    run_job(settings_4)
+    assert pinned_partitions(checkpoint) == 4
+    last = committed_batches(checkpoint)[-1]
+
+    # The settings ask for 8 partitions: the guard points at repartition, which moves the state there.
+    refused = run_python("main.py", "--settings", str(settings_8), env=clean_env())
+    assert refused.returncode == 4
+    assert "python -m stream_job repartition --partitions 8" in refused.stderr
+    moved = repartition(settings_8)
+    assert moved.returncode == 0, moved.stdout[-3000:] + moved.stderr[-3000:]
+    assert f"state of batch {last}: 4 -> 8 partitions" in moved.stdout
+    assert "rows before and after" in moved.stdout
+    assert f"done: batch {last + 1} holds the state in 8 partitions" in moved.stdout
+    assert "the copy was removed" in moved.stdout
+    assert sink_entry_line(last + 1, interval, settings) in moved.stdout
+    assert not list(tmp_path.glob("checkpoint.before-repartition*"))
+    assert pinned_partitions(checkpoint) == 8
+    assert committed_batches(checkpoint)[-1] == last + 1
+
+    # The old count is now the drift; the new one runs, and inspect sees 8 partitions per store.
+    stale = run_python("main.py", "--settings", str(settings_4), env=clean_env())
+    assert stale.returncode == 4
+    assert "spark.shuffle_partitions is 4 in settings, but the checkpoint" in stale.stderr
+    assert "holds 8" in stale.stderr
+    let_arrive(settings, 2, tmp_path / "later")
+    run_job(settings_8)
+    inspected = run_cli("inspect", "--settings", str(settings_8), "--json")
+    assert inspected.returncode == 0, inspected.stderr[-3000:]
+    for operator in json.loads(inspected.stdout)["operators"]:
+        assert operator["partitions"] == 8
+        assert all(len(store["rows_per_partition"]) == 8 for store in operator["stores"])
+
+    back = repartition(settings_8, "--partitions", "4", "--keep-copy")
+    assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
+    assert "8 -> 4 partitions" in back.stdout
+    assert "set spark.shuffle_partitions to 4" in back.stdout
+    assert sink_entry_line(committed_batches(checkpoint)[-1], interval, settings) in back.stdout
+    copies = list(tmp_path.glob("checkpoint.before-repartition-*"))
+    assert len(copies) == 1 and pinned_partitions(copies[0]) == 8
+    assert pinned_partitions(checkpoint) == 4
+    let_arrive(settings, 2, tmp_path / "later")
+    run_job(settings_4)
+
+    # Across both changes: every row of the batch computation on all six files, none twice.
+    assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
+
+
+def test_repartition_refusals_name_the_way_out_and_change_nothing(spark, make_settings, write_settings, tmp_path):
+    from stream_job.machinery.checkpoint.run_lock import holder
+
+    changes = files_job(tmp_path / "rocks", "parquet", "rocksdb", files=3)
+    changes["spark"]["shuffle_partitions"] = 4
+    path = write_settings(changes)
+    settings = make_settings(changes)
+    checkpoint = Path(settings.query.checkpoint_location)
+
+    def refused(*flags: str, settings_path: Path = path, expect: str) -> None:
+        before = digest(checkpoint) if checkpoint.exists() else None
+        result = repartition(settings_path, *flags)
+        assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
+        assert result.stderr.startswith("repartition refused: ") and expect in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert (digest(checkpoint) if checkpoint.exists() else None) == before
+
+    refused("--partitions", "8", expect="no committed batch")
+    assert not checkpoint.exists()
+    run_job(path)
+    refused("--partitions", "4", expect="already holds its state in 4 partitions")
+    remote_query = {**changes["query"], "checkpoint_location": "s3a://bucket/cp"}
+    remote = write_settings({**changes, "query": remote_query}, name="remote.yaml")
+    before = digest(checkpoint)
+    result = repartition(remote, "--partitions", "8")
+    assert result.returncode == 4 and "is not on the local file system" in result.stderr
+    assert digest(checkpoint) == before
+    remote_sink = write_settings({**changes, "sink": {**changes["sink"], "path": "s3a://bucket/out"}}, name="s3.yaml")
+    result = repartition(remote_sink, "--partitions", "8")
+    assert result.returncode == 4 and "the parquet output s3a://bucket/out is not on the local" in result.stderr
+    assert digest(checkpoint) == before
+
+    # A copy left in the way by an earlier repartition.
+    last = committed_batches(checkpoint)[-1]
+    in_the_way = checkpoint.with_name(f"checkpoint.before-repartition-{last}")
+    in_the_way.mkdir()
+    refused("--partitions", "8", expect="remove it or move it away")
+    in_the_way.rmdir()
+
+    # A batch the job left unfinished (offsets logged, no commit): refused, then finished on request.
+    commit = checkpoint / "commits" / str(last)
+    commit.unlink()
+    (checkpoint / "commits" / f".{last}.crc").unlink()
+    refused("--partitions", "8", expect=f"batch {last} of {checkpoint} did not commit")
+    finished = repartition(path, "--partitions", "8", "--finish-last-batch")
+    assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
+    assert f"running batch {last}" in finished.stdout
+    assert f"done: batch {last + 1} holds the state in 8 partitions" in finished.stdout
+    assert committed_batches(checkpoint)[-1] == last + 1
+    rows = read_output(spark, settings.sink)
+    assert rows.count() == rows.distinct().count()  # batch {last} ran again: nothing written twice
+
+    # A running job holds the checkpoint: repartition and a second job are both refused.
+    changes["spark"]["shuffle_partitions"] = 8
+    changes["query"]["trigger"] = "1 second"
+    running = write_settings(changes, name="running.yaml")
+    with open(tmp_path / "job.log", "w") as log:
+        job = start_job(running, log)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and holder(checkpoint) is None and job.poll() is None:
+                time.sleep(0.1)
+            assert holder(checkpoint) == f"process {job.pid}"
+            refused("--partitions", "4", settings_path=running, expect=f"in use by process {job.pid}")
+            second = run_python("main.py", "--settings", str(running), env=clean_env())
+            assert second.returncode == 4
+            assert f"checkpoint error: {checkpoint} is in use by process {job.pid}" in second.stderr
+        finally:
+            job.kill()  # a lock dies with its process: a crashed job leaves nothing to clean up
+            job.wait(timeout=120)
+    assert holder(checkpoint) is None
+
+    # The HDFS-backed store: Spark cannot repartition it; the refusal says what can be done.
+    hdfs = files_job(tmp_path / "hdfs", "parquet", "hdfs", files=2)
+    hdfs_path = write_settings(hdfs, name="hdfs.yaml")
+    run_job(hdfs_path)
+    checkpoint = Path(hdfs["query"]["checkpoint_location"])
+    refused("--partitions", "8", settings_path=hdfs_path, expect="holds the state of the hdfs store")
+    three = write_settings({**hdfs, "spark": {**hdfs["spark"], "shuffle_partitions": 3}}, name="hdfs-3.yaml")
+    drift = run_python("main.py", "--settings", str(three), env=clean_env())
+    assert drift.returncode == 4
+    assert "a checkpoint of the hdfs store cannot be repartitioned" in drift.stderr
+    shutil.rmtree(tmp_path / "hdfs")

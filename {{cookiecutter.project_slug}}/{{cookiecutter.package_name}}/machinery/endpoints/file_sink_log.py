@@ -1,0 +1,71 @@
+"""The parquet sink's batch log (`<output>/_spark_metadata`), for the one batch Spark does not write.
+
+Spark's file sink records the files of every batch in `_spark_metadata/<batch>` and, every
+`compactInterval` batches, merges the entries since the last merge into `<batch>.compact`. The merge
+reads every batch in between and fails on a missing one (BATCH_METADATA_NOT_FOUND). Spark's offline
+repartitioning adds a batch that runs no query, so the sink never writes its entry and the job breaks
+at its next merge (seen on Spark 4.2.1 at batch 9). `record_empty_batch` writes what the sink writes
+for a batch without files: the header alone, or, on a merge batch, the merged entries.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+LOG_DIR = "_spark_metadata"
+LOG_VERSION = "v1"
+COMPACT_INTERVAL_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
+DEFAULT_COMPACT_INTERVAL = 10
+
+
+def record_empty_batch(output: Path, batch: int, configured_interval: int = DEFAULT_COMPACT_INTERVAL) -> Path | None:
+    """Write the sink's entry for `batch` with no files; None when the output has no log or has the entry."""
+    log = output / LOG_DIR
+    if not log.is_dir() or _entry(log, batch) is not None:
+        return None
+    interval = compact_interval(log, configured_interval)
+    if (batch + 1) % interval == 0:
+        lines = [line for earlier in range(max(0, batch - interval), batch) for line in _entries(log, earlier)]
+        target = log / f"{batch}.compact"
+    else:
+        lines, target = [], log / str(batch)
+    _write_atomically(target, "\n".join([LOG_VERSION, *lines]))
+    return target
+
+
+def compact_interval(log: Path, configured: int) -> int:
+    """The interval Spark's sink uses for this log: the configured one, adjusted to the newest merge file
+    the way Spark does it (CompactibleFileStreamLog.deriveCompactInterval)."""
+    merged = [int(path.name.removesuffix(".compact")) for path in log.glob("*.compact") if path.name[0].isdigit()]
+    if not merged:
+        return configured
+    size = max(merged) + 1
+    if size <= configured:
+        return size
+    if configured < size // 2:  # the smallest divisor of size from the configured interval on
+        return next((divisor for divisor in range(configured, size // 2 + 1) if size % divisor == 0), size)
+    return size
+
+
+def _entry(log: Path, batch: int) -> Path | None:
+    for name in (str(batch), f"{batch}.compact"):
+        if (log / name).is_file():
+            return log / name
+    return None
+
+
+def _entries(log: Path, batch: int) -> list[str]:
+    entry = _entry(log, batch)
+    if entry is None:
+        raise FileNotFoundError(f"{log} has no entry for batch {batch}: the sink's log is incomplete")
+    lines = entry.read_text().splitlines()
+    if not lines or lines[0] != LOG_VERSION:
+        raise ValueError(f"{entry} is not a {LOG_VERSION} file sink log entry")
+    return [line for line in lines[1:] if line.strip()]
+
+
+def _write_atomically(target: Path, text: str) -> None:
+    temporary = target.with_name(f".{target.name}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, target)

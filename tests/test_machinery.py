@@ -6,7 +6,9 @@ soak, the standalone cluster, the bad-settings table, ...). They need a real pro
 each run copies them into a fresh bake and runs them there, on that bake's example query. The
 machinery is byte for byte the same in every bake (tests/test_bake.py proves it), so a test that
 does not depend on the operator runs once, in the default bake; a test marked `operator` runs in
-the bake of every operator; the standalone cluster test (marker `cluster`) runs in the join bake,
+the bake of every operator (a parametrized one may mark only some cases: inspect in a fresh process
+per operator on RocksDB, on HDFS in the default bake only; bench in the default bake and in
+custom_state's, which runs on RocksDB alone); the standalone cluster test (marker `cluster`) runs in the join bake,
 on RocksDB with two inputs. A test marked `secondary` proves what another proves more strictly
 (it names which); CI leaves it and the soak out to stay under 25 minutes, `make test-all`
 (TEST_ALL=1) runs them.

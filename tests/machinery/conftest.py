@@ -115,6 +115,8 @@ def committed_batches(checkpoint: Path | str) -> list[int]:
 
 # The operator of the bake's query module: every test runs it (a bake holds one operator's code).
 BAKED_OPERATOR = OPERATOR
+# The default bake's operator: the bake where proofs that do not depend on the operator run.
+DEFAULT_OPERATOR = "windowed_aggregation"
 # A provider every operator runs on, for tests about something else than the provider.
 ANY_PROVIDER = "rocksdb" if BAKED_OPERATOR == "custom_state" else "hdfs"
 FILES_JOB_JOIN_RANGE = timedelta(minutes=1)

@@ -19,6 +19,8 @@ from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.endpoints.output import read_output
 
 from .conftest import (
+    BAKED_OPERATOR,
+    DEFAULT_OPERATOR,
     batch_expectation,
     clean_env,
     committed_batches,
@@ -135,6 +137,6 @@ def test_sigkill_mid_batch_then_restart_loses_and_repeats_nothing(
     assert expected.count() == expected_row_count(settings.query.operator, files=6)
     # Read by deltalake (read_output) for a Delta table, whichever writer made it.
     assertDataFrameEqual(read_output(spark, settings.sink), expected)
-    if sink == "delta-spark":
-        # Spark's Delta reader sees the same rows.
+    if sink == "delta-spark" and BAKED_OPERATOR == DEFAULT_OPERATOR:
+        # Spark's Delta reader sees the same rows (once: reading a table does not depend on the operator).
         assertDataFrameEqual(read_by_sparks_delta_reader(spark, path, tmp_path / "read-by-spark"), expected)

@@ -21,6 +21,7 @@ from stream_job.machinery.endpoints.output import read_output
 
 from .conftest import (
     BAKED_OPERATOR,
+    DEFAULT_OPERATOR,
     batch_expectation,
     clean_env,
     committed_batches,
@@ -82,7 +83,7 @@ def test_repartition_4_to_8_and_back_keeps_the_output_exact(spark, make_settings
     # The parquet sink's log needs an entry for each batch the runner adds, merged ones included: with
     # a merge every 4 batches both repartitions land on a merge batch (3, 7); every 5, Spark's own
     # merges (4, 9) read the plain entries written for them. Two bakes take each.
-    interval = 4 if BAKED_OPERATOR in ("windowed_aggregation", "stream_stream_join") else 5
+    interval = 4 if BAKED_OPERATOR in (DEFAULT_OPERATOR, "stream_stream_join") else 5
     changes["spark"]["conf"] = {COMPACT_INTERVAL_CONF: interval}
     settings_4 = write_settings(changes)
     settings = make_settings(changes)

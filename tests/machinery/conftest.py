@@ -65,6 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "secondary: a proof another test makes more strictly (the test says which); CI leaves it out, make test-all runs it",
         "cluster: starts a Spark standalone cluster (a master and two workers) on 127.0.0.1",
         "kafka: reads a real Kafka broker on 127.0.0.1 (the project's local one, from Maven Central)",
+        "delta_spark: needs Delta Lake's JVM build for the installed Spark (there is none for Spark 4.3)",
     ):
         config.addinivalue_line("markers", marker)
 

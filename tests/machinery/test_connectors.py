@@ -40,6 +40,7 @@ def coordinates(settings) -> list[str]:
     return [connector.coordinate for connector in required_connectors(settings)]
 
 
+@pytest.mark.delta_spark
 def test_coordinates_follow_the_installed_spark(make_settings):
     assert coordinates(make_settings(BOTH)) == [KAFKA, DELTA]
     assert coordinates(make_settings({"source": {"type": "rate"}, "sink": {"type": "parquet"}})) == []
@@ -56,6 +57,7 @@ def test_coordinates_follow_the_installed_spark(make_settings):
     assert coordinates(make_settings(newer)) == [f"io.delta:delta-spark_{SPARK_MINOR}_2.13:4.5.0"]
 
 
+@pytest.mark.delta_spark
 def test_delta_spark_session_confs(make_settings):
     settings = make_settings(DELTA_SPARK | {"spark": {"conf": {"spark.sql.extensions": "com.example.Ext"}}})
     confs = static_confs(settings, submitted=False)
@@ -79,12 +81,30 @@ def test_fetching_can_be_turned_off_and_merges_with_own_packages(make_settings):
     assert static_confs(mirror, submitted=False) == {"spark.jars.packages": KAFKA}
 
 
+def test_kafka_follows_the_minor_and_delta_spark_is_refused_where_delta_has_no_build(make_settings):
+    kafka = make_settings(KAFKA_SOURCE)
+    assert [c.coordinate for c in required_connectors(kafka, "4.3.0")] == [
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0"
+    ]
+    assert [c.coordinate for c in required_connectors(make_settings(DELTA_SPARK), "4.1.1")] == [
+        "io.delta:delta-spark_4.1_2.13:4.4.0"
+    ]
+    with pytest.raises(ConnectorError) as caught:
+        required_connectors(make_settings(DELTA_SPARK), "4.3.0")
+    assert str(caught.value) == (
+        "sink.delta.writer delta-spark: Delta Lake publishes no delta-spark build for Spark 4.3 (pyspark 4.3.0 is"
+        " installed; builds exist for Spark 4.0, 4.1, 4.2). Install pyspark 4.2.x (pip install"
+        " 'pyspark>=4.2.1,<4.3'), or set sink.delta.writer to deltalake"
+    )
+
+
 def test_missing_connectors_asks_the_real_class_loader(spark):
     present = Connector("test", "x:y:1", "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
     absent = Connector("test", "x:z:1", "org.apache.spark.sql.kafka010.KafkaSourceProvider")
     assert missing_connectors(spark, [present, absent]) == [absent]
 
 
+@pytest.mark.delta_spark
 def test_require_connectors_names_the_packages_to_add(spark, make_settings):
     with pytest.raises(ConnectorError) as caught:
         require_connectors(spark, make_settings(BOTH))
@@ -113,7 +133,9 @@ def test_packages_command(write_settings):
     assert (nothing.returncode, nothing.stdout) == (0, "\n")
 
 
-@pytest.mark.parametrize("changes", [KAFKA_SOURCE, DELTA_SPARK], ids=["kafka", "delta-spark"])
+@pytest.mark.parametrize(
+    "changes", [KAFKA_SOURCE, pytest.param(DELTA_SPARK, marks=pytest.mark.delta_spark)], ids=["kafka", "delta-spark"]
+)
 def test_job_without_the_jars_exits_3_with_the_packages_to_add(write_settings, tmp_path, changes):
     checkpoint = tmp_path / "checkpoint"
     path = write_settings(

@@ -73,12 +73,18 @@ CASES = [
     pytest.param("parquet", "rocksdb", "files", marks=[pytest.mark.operator, SECONDARY], id="parquet-rocksdb"),
     pytest.param("delta", "hdfs", "files", marks=SECONDARY, id="delta-hdfs"),
     pytest.param("delta", "rocksdb", "files", marks=[pytest.mark.operator, SECONDARY], id="delta-rocksdb"),
-    pytest.param("delta-spark", "rocksdb", "files", marks=[pytest.mark.operator, SECONDARY], id="delta-spark-rocksdb"),
+    pytest.param(
+        "delta-spark",
+        "rocksdb",
+        "files",
+        marks=[pytest.mark.operator, SECONDARY, pytest.mark.delta_spark],
+        id="delta-spark-rocksdb",
+    ),
     pytest.param(
         "delta-spark",
         "rocksdb",
         "kafka",
-        marks=[pytest.mark.operator, pytest.mark.kafka],
+        marks=[pytest.mark.operator, pytest.mark.kafka, pytest.mark.delta_spark],
         id="kafka-delta-spark-rocksdb",
     ),
 ]

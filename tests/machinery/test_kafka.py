@@ -236,6 +236,7 @@ def test_records_deleted_before_they_were_read_stop_the_job_or_are_skipped(kafka
 
 
 @pytest.mark.operator
+@pytest.mark.delta_spark
 @pytest.mark.skipif(BAKED_OPERATOR != "stream_stream_join", reason="the seed scenario joins orders and payments")
 def test_orders_and_payments_from_kafka_into_delta_then_the_order_waiting_for_its_payment(
     spark, kafka_broker, write_settings, make_settings, tmp_path

@@ -7,6 +7,8 @@ import shlex
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from .conftest import PROJECT_DIR, run_cli
 
 
@@ -26,6 +28,7 @@ def test_package_zips_every_module_and_prints_the_submit_line(write_settings, tm
     ]  # fmt: skip
 
 
+@pytest.mark.delta_spark
 def test_cluster_mode_reads_the_shipped_copy_and_delta_brings_its_package(write_settings, tmp_path):
     delta = {"type": "delta", "delta": {"writer": "delta-spark", "version": "4.4.0"}}
     settings = write_settings({"source": {"type": "rate"}, "sink": delta})

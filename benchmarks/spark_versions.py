@@ -101,7 +101,13 @@ def run_bake(python: Path, operator: str, scratch: Path) -> dict[str, object]:
         [*pytest, "tests"],
         [*pytest, "-p", "tests.conftest", "machinery_tests", "-m", MARKERS[operator]],
     ]
-    run: dict[str, object] = {"operator": operator, "exit": 0, "seconds": 0.0, "failures": []}
+    run: dict[str, object] = {
+        "operator": operator,
+        "exit": 0,
+        "seconds": 0.0,
+        "failures": [],
+        "when": time.strftime("%Y-%m-%d %H:%M"),
+    }
     log = []
     for command in suites:
         started = time.monotonic()
@@ -119,7 +125,14 @@ def run_bake(python: Path, operator: str, scratch: Path) -> dict[str, object]:
 
 
 def write_results(results_dir: Path, version: str, runs: list[dict[str, object]]) -> None:
+    """Write this run's bakes; the other operators' rows of an earlier run on the same pyspark are kept."""
     machine = {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    earlier_file = results_dir / "spark_versions.json"
+    earlier = json.loads(earlier_file.read_text()) if earlier_file.exists() else {}
+    if earlier.get("pyspark") == version:
+        rerun = {run["operator"] for run in runs}
+        kept = [run for run in earlier.get("runs", []) if run["operator"] not in rerun]
+        runs = sorted(kept + runs, key=lambda run: OPERATORS.index(str(run["operator"])))
     record = {"pyspark": version, "machine": machine, "runs": runs, "when": time.strftime("%Y-%m-%d")}
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "spark_versions.json").write_text(json.dumps(record, indent=2) + "\n")
@@ -129,13 +142,13 @@ def write_results(results_dir: Path, version: str, runs: list[dict[str, object]]
         "One bake per operator, answered as CI's: the generated project's tests and the machinery proofs",
         f"CI runs there, without Kafka and delta-spark (`-m '... and {NOT_HERE}'`).",
         "",
-        "| operator | passed | failed | skipped | seconds | failures |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| operator | run on | passed | failed | skipped | seconds | failures |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for run in runs:
         failures = ", ".join(f"`{name}`" for name in run["failures"]) or "-"  # type: ignore[union-attr]
         lines.append(
-            f"| {run['operator']} | {run.get('passed', 0)} | {run.get('failed', 0)} | {run.get('skipped', 0)}"
+            f"| {run['operator']} | {run.get('when', '-')} | {run.get('passed', 0)} | {run.get('failed', 0)} | {run.get('skipped', 0)}"
             f" | {run['seconds']} | {failures} |"
         )
     (results_dir / "spark_versions.md").write_text("\n".join(lines) + "\n")

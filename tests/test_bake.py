@@ -246,11 +246,19 @@ def test_default_bake_prints_the_worked_example(out, capfd):
     assert "#     `python -m stream_job estimate --calibrate` measures the footprint per row" in text
     assert "#   recommended: hdfs; requested: auto; written: hdfs" in text
     assert "# changelog checkpointing is written as off" in text
+    # Only RocksDB state can be repartitioned later: said where the HDFS store is chosen.
+    assert "those of an hdfs checkpoint cannot: if the stream may outgrow them, rocksdb keeps that way open." in printed
+    assert (
+        "# checkpoint can be moved later with the job stopped (python -m stream_job repartition, Spark 4.2+);" in text
+    )
 
 
 def test_large_state_gets_rocksdb_with_changelog(out, capfd):
     project = bake(out, **LARGE_STATE)
-    assert "recommendation = rocksdb" in capfd.readouterr().out
+    printed = capfd.readouterr().out
+    assert "recommendation = rocksdb" in printed
+    assert "The partitions of a rocksdb checkpoint can be changed later with the job stopped" in printed
+    assert "keeps that way open" not in printed
     store = settings_of(project)["state_store"]
     assert (store["provider"], store["changelog_checkpointing"]) == ("rocksdb", True)
     result = run_in(project, "-m", "stream_job", "estimate", "--json")

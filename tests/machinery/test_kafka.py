@@ -106,6 +106,13 @@ def test_starting_offsets_latest_skips_what_the_topic_held_before_the_first_star
     assert sum(input_rows(second.stdout)) == 40
 
 
+def test_cluster_ids_never_look_like_an_option():
+    # One in 64 random ids starts with "-", which the storage tool took for an option (seen in CI).
+    ids = {local_kafka.cluster_id() for _ in range(2000)}
+    assert len(ids) == 2000 and not [cluster for cluster in ids if cluster.startswith("-")]
+    assert all(len(cluster) == 22 for cluster in ids)
+
+
 # PLAIN is secondary: SCRAM runs the same path (mechanism, user, password from the variable) through a
 # harder handshake, and test_sources checks PLAIN's JAAS line.
 @pytest.mark.parametrize("mechanism", [pytest.param("PLAIN", marks=pytest.mark.secondary), "SCRAM-SHA-256"])

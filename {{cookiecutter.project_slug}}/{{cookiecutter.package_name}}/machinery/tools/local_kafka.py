@@ -220,9 +220,17 @@ def _classpath() -> str:
     return str(broker_jars() / "*")
 
 
+def cluster_id() -> str:
+    """A random cluster id as Kafka writes them (URL-safe base64 of a UUID), never starting with "-": the
+    storage tool would take such an id for an option (one start in 64 failed that way)."""
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not candidate.startswith("-"):
+            return candidate
+
+
 def _format(broker: Broker) -> None:
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    arguments = ["format", "--config", str(broker.directory / "server.properties"), "--cluster-id", cluster_id]
+    arguments = ["format", "--config", str(broker.directory / "server.properties"), "--cluster-id", cluster_id()]
     arguments.append("--standalone")
     for name, password in broker.users.items():
         arguments += ["--add-scram", f"SCRAM-SHA-256=[name={name},password={password}]"]

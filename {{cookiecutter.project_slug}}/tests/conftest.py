@@ -10,6 +10,19 @@ import pytest
 from pyspark.sql import SparkSession
 
 
+# The tests' JVMs are many and short-lived (every job, CLI command and repartition in a fresh process):
+# C1 alone compiles them warm enough and costs about a third less CPU. SPARK_SUBMIT_OPTS reaches every
+# Spark driver these tests start, their subprocesses included; a job run outside the tests keeps the
+# JVM's defaults.
+FAST_START_JVM = "-XX:TieredStopAtLevel=1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    options = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if FAST_START_JVM not in options:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{options} {FAST_START_JVM}".strip()
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     # Python workers (custom state) run this interpreter, with the packages of this environment.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from stream_job.machinery.runtime.session import apply_confs, spark_confs
 
+from tests.conftest import FAST_START_JVM
+
 STATE = "spark.sql.streaming.stateStore"
 OSS_HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 OSS_ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -70,3 +72,9 @@ def test_confs_reach_a_real_session(spark, make_settings):
     assert spark.conf.get(f"{STATE}.providerClass") == OSS_ROCKSDB
     assert spark.conf.get(f"{STATE}.rocksdb.changelogCheckpointing.enabled") == "true"
     assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+
+
+def test_the_tests_spark_drivers_start_with_the_first_compiler_alone(spark):
+    """tests/conftest.py's speed-up reaches the JVM (a pyspark that launched it otherwise would drop it unseen)."""
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert FAST_START_JVM in list(runtime.getInputArguments())

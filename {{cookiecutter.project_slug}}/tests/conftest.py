@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-
 # The tests' JVMs are many and short-lived (every job, CLI command and repartition in a fresh process):
 # C1 alone compiles them warm enough and costs about a third less CPU. SPARK_SUBMIT_OPTS reaches every
 # Spark driver these tests start, their subprocesses included; a job run outside the tests keeps the

@@ -113,9 +113,7 @@ def test_cluster_ids_never_look_like_an_option():
     assert all(len(cluster) == 22 for cluster in ids)
 
 
-# PLAIN is secondary: SCRAM runs the same path (mechanism, user, password from the variable) through a
-# harder handshake, and test_sources checks PLAIN's JAAS line.
-@pytest.mark.parametrize("mechanism", [pytest.param("PLAIN", marks=pytest.mark.secondary), "SCRAM-SHA-256"])
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
 def test_sasl_reads_with_the_password_from_the_named_variable_and_never_prints_it(
     kafka_broker, write_settings, tmp_path, mechanism
 ):

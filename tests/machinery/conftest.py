@@ -180,7 +180,7 @@ def files_job(
     }
     if sink == "delta-spark":
         # Delta rebuilds its log's snapshot over 50 partitions by default, most of a small batch's time
-        # on local[2]; 2 (as Delta's own tests set) halves it. A test speed-up, not a production advice.
+        # on local[2]; 2 (as Delta's own tests set) halves it. A test speed-up, not production advice.
         changes["spark"]["conf"] = {"spark.databricks.delta.snapshotPartitions": 2}
     return deep_merge(changes, operator_changes(operator, join_landing))
 

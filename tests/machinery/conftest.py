@@ -88,6 +88,11 @@ def project_copy(folder: Path, query_edits: dict[str, str]) -> Path:
     return project
 
 
+def jvm_free(stderr: str) -> str:
+    """stderr without the line every Spark 4.2 JVM prints at start (docs/operations.md says why)."""
+    return "".join(line for line in stderr.splitlines(keepends=True) if "Using incubator modules" not in line)
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (for a Spark UI or daemon the test starts)."""
     with socket.socket() as probe:

@@ -11,7 +11,7 @@ from stream_job.machinery.sizing.capacity import estimate
 from stream_job.machinery.sizing.cluster_sizing import MIB, parse_memory, size_cluster
 from stream_job.machinery.sizing.store_costs import COSTS, HEAP_PER_INSTANCE
 
-from .conftest import run_cli
+from .conftest import jvm_free, run_cli
 
 # 1 row/s kept for 2 x 500 s (deduplication; available_now: no batch), 1 MiB each (on the HDFS
 # store's heap as a calibration would measure it): 1,000 MiB of state in 10 partitions, and each
@@ -114,16 +114,17 @@ def test_estimate_command_adds_the_cluster_sizing(write_settings):
     assert json.loads(flags.stdout)["cluster"]["state_per_executor_bytes"] == 25 * per_partition
     bad = run_cli("estimate", "--settings", str(settings), "--executors", "2", "--executor-memory", "lots")
     assert bad.returncode == 2
-    assert bad.stderr.startswith("estimate error: --executor-memory must be a Spark memory size such as 512m")
+    assert jvm_free(bad.stderr).startswith("estimate error: --executor-memory must be a Spark memory size such as 512m")
     assert "got 'lots'" in bad.stderr
     # A bad figure in spark.conf is named as such.
     conf = {"spark.executor.instances": 2, "spark.executor.memory": "a lot"}
     from_conf = run_cli("estimate", "--settings", str(write_settings({"spark": {"conf": conf}}, name="conf.yaml")))
     assert from_conf.returncode == 2
-    assert from_conf.stderr.startswith("estimate error: spark.conf spark.executor.memory must be a Spark memory size")
+    message = "estimate error: spark.conf spark.executor.memory must be a Spark memory size"
+    assert jvm_free(from_conf.stderr).startswith(message)
     count = write_settings({"spark": {"conf": {"spark.executor.instances": "two"}}}, name="count.yaml")
     bad_count = run_cli("estimate", "--settings", str(count))
-    assert (bad_count.returncode, bad_count.stderr) == (
+    assert (bad_count.returncode, jvm_free(bad_count.stderr)) == (
         2,
         "estimate error: spark.conf spark.executor.instances must be a whole number of 1 or more, got 'two'\n",
     )

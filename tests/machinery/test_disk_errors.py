@@ -23,6 +23,7 @@ from stream_job.machinery.runtime.session import apply_confs
 
 from .conftest import (
     ANY_PROVIDER,
+    BAKED_OPERATOR,
     batch_expectation,
     clean_env,
     committed_batches,
@@ -109,7 +110,7 @@ def test_a_read_only_checkpoint_is_refused_before_spark_and_check_still_reads_it
     )
     assert "Spark" not in run.stdout
     assert check.returncode == 0, check.stderr
-    assert check.stdout.endswith("consistent with the settings (last batch 2)\n")
+    assert check.stdout.endswith(f"consistent with the settings and the query's {BAKED_OPERATOR} (last batch 2)\n")
     assert (digest(checkpoint), digest(output)) == before
 
 

@@ -18,6 +18,7 @@ from .conftest import (
     deep_merge,
     digest,
     files_job,
+    jvm_free,
     project_copy,
     run_cli,
     run_python,
@@ -99,8 +100,12 @@ def test_drift_is_refused_and_the_checkpoint_untouched(checkpoints, provider, ch
 def test_check_passes_on_a_consistent_checkpoint_and_without_one(checkpoints, tmp_path):
     folder, changes = checkpoints["hdfs"]
     check = run_cli("check", "--settings", str(write_settings_file(folder / "same.yaml", changes)))
-    assert (check.returncode, check.stderr) == (0, "")
-    assert check.stdout == f"checkpoint {folder / 'checkpoint'}: consistent with the settings (last batch 2)\n"
+    # The query's plan is read in a local session: the JVM's own start-up warning is its only word.
+    assert (check.returncode, jvm_free(check.stderr)) == (0, "")
+    assert check.stdout == (
+        f"checkpoint {folder / 'checkpoint'}: consistent with the settings and the query's {BAKED_OPERATOR}"
+        " (last batch 2)\n"
+    )
 
     fresh = deep_merge(changes, {"query": {"checkpoint_location": str(tmp_path / "new")}})
     check = run_cli("check", "--settings", str(write_settings_file(tmp_path / "fresh.yaml", fresh)))
@@ -130,12 +135,22 @@ def test_changelog_checkpointing_may_be_toggled(spark, tmp_path):
     assert any((tmp_path / "checkpoint" / "state").glob("*/*/*.changelog"))
 
 
-# An operator whose settings fit every bake's test settings (one input, append mode, both stores).
-OTHER_OPERATOR = "deduplication" if BAKED_OPERATOR != "deduplication" else "windowed_aggregation"
+# A user's edit that puts a deduplication before the query's own operator(s): appended to query.py.
+DEDUPLICATED_FIRST = """
+
+
+_stateful_query = stateful_query
+
+
+def stateful_query(events, query, join_events=None):  # type: ignore[no-redef]
+    \"\"\"The query above, after a deduplication by event_id.\"\"\"
+    unique = events.withWatermark("event_time", query.watermark).dropDuplicatesWithinWatermark(["event_id"])
+    return _stateful_query(unique, query, join_events)
+"""
 
 
 @pytest.mark.operator
-def test_an_operator_changed_in_the_code_is_refused_and_nothing_is_touched(spark, tmp_path):
+def test_an_operator_added_in_the_code_is_refused_with_both_lists_and_nothing_is_touched(spark, tmp_path):
     # custom_state writes its operator metadata in the v2 layout (state/0/_metadata/v2/<n>), the
     # others in v1: each bake proves the check on its own operator's layout.
     changes = run_checkpoint(spark, tmp_path, ANY_PROVIDER)
@@ -143,19 +158,19 @@ def test_an_operator_changed_in_the_code_is_refused_and_nothing_is_touched(spark
     if BAKED_OPERATOR == "custom_state":
         assert (checkpoint / "state" / "0" / "_metadata" / "v2").is_dir()
     before = digest(checkpoint), digest(tmp_path / "output")
-    project = project_copy(tmp_path, {f'OPERATOR = "{BAKED_OPERATOR}"': f'OPERATOR = "{OTHER_OPERATOR}"'})
-    # The other operator reads one input: a join's second input goes with the change of code.
-    path = write_settings_file(tmp_path / "same.yaml", deep_merge(changes, {"join_source": None}))
+    project = project_copy(tmp_path, {"def _iso(": DEDUPLICATED_FIRST.lstrip("\n") + "\n\ndef _iso("})
+    path = write_settings_file(tmp_path / "same.yaml", changes)
 
     for command in (["main.py"], ["-m", "stream_job", "check"]):
         run = run_python(*command, "--settings", str(path), env=clean_env(), cwd=project)
         assert run.returncode == 4, run.stderr
-        assert run.stderr == (
-            f"checkpoint error: stream_job.query.OPERATOR is {OTHER_OPERATOR} in the code, but the checkpoint"
-            f" {checkpoint} holds {BAKED_OPERATOR}: the state in the checkpoint has the shape of that operator and"
-            f" cannot serve another. Either set stream_job.query.OPERATOR back to {BAKED_OPERATOR}, or set"
-            " query.checkpoint_location to a new directory and reprocess the input from the start (the existing"
-            " state cannot be converted).\n"
+        # OPERATOR still names the starter's operator: the plan decides, and says so before refusing.
+        assert run.stderr.splitlines()[-1] == (
+            f"checkpoint error: the query's stateful operators changed: the checkpoint {checkpoint} holds the state"
+            f" of {BAKED_OPERATOR}, and the query now runs deduplication -> {BAKED_OPERATOR} (deduplication added)."
+            " Spark keeps each operator's state by its place in the query, so the state cannot serve the new"
+            f" query. Either change the query back to {BAKED_OPERATOR}, or set query.checkpoint_location to a new"
+            " directory and reprocess the input from the start."
         )
     assert (digest(checkpoint), digest(tmp_path / "output")) == before
 

@@ -1,8 +1,10 @@
-"""The four stateful operators and every fact the machinery knows about each, in one table.
+"""The stateful operators the machinery can size, and every fact it knows about each, in one table.
 
-A rule about an operator (what its state holds and how many rows, the name Spark gives it in the
-state metadata, the store it needs, how sample input is shaped for it) is written here once; the
-sizing, the guard, the settings checks, the sample writer, calibration and bench read it from here.
+A query may chain any number of them (runtime/query_plan.py reads which from Spark's plan). A rule
+about an operator (what its state holds and how many rows, the rows it passes on, the names Spark
+gives it in the plan and in the state metadata, the store it needs, how sample input is shaped for
+it) is written here once; the sizing, the guard, the settings checks, the sample writer,
+calibration and bench read it from here.
 Standard library only: the template sizes the state through this module at generation time.
 """
 
@@ -93,6 +95,18 @@ def _custom_state_rows(
     )
 
 
+def _same_rate(rate: float, **_inputs: object) -> float:
+    # At most every event passes (no repeat dropped, every session closing at once): an upper bound.
+    return rate
+
+
+def _rows_per_window(rate: float, window: str = "1 minute", key_cardinality: int | None = None, **_: object) -> float:
+    # A closed window emits one row per key it saw: the keys of a window, once per window length.
+    window_s = named_duration("window", window)
+    keys = rate * window_s if key_cardinality is None else min(key_cardinality, rate * window_s)
+    return keys / window_s
+
+
 @dataclass(frozen=True)
 class Operator:
     name: str
@@ -105,6 +119,11 @@ class Operator:
     beyond_headline: str | None
     # The operator name Spark writes into the checkpoint's state metadata (the guard compares it).
     spark_name: str
+    # The node of Spark's analyzed plan that is this operator (machinery/runtime/query_plan.py reads it).
+    plan_node: str
+    # The rows per second it passes on to a stateful operator after it, from the rate into it and its
+    # sizing inputs: the next operator's input rate unless capacity.operators sets one.
+    output_rate: Callable[..., float]
     # How long a state row stays (inspect --key says it for a key it finds or misses).
     held_until: str = ""
     # Why it runs on RocksDB only, or None when both stores can hold its state.
@@ -131,6 +150,8 @@ OPERATORS: dict[str, Operator] = {
     for op in (
         Operator(
             name="windowed_aggregation",
+            plan_node="Aggregate",
+            output_rate=_rows_per_window,
             formula=(
                 "one row per (key, window) until the watermark passes the window's end:"
                 " rows = open windows x keys per window"
@@ -147,6 +168,8 @@ OPERATORS: dict[str, Operator] = {
         ),
         Operator(
             name="deduplication",
+            plan_node="DeduplicateWithinWatermark",
+            output_rate=_same_rate,
             formula=(
                 "one row per event id, kept until the watermark passes the event's time plus the delay:"
                 " rows = (2 x watermark + one batch) x rate"
@@ -165,6 +188,8 @@ OPERATORS: dict[str, Operator] = {
         ),
         Operator(
             name="stream_stream_join",
+            plan_node="Join",
+            output_rate=_same_rate,
             formula=(
                 "each side keeps its rows until no row of the other side can match them:"
                 " rows = left rate x (watermark + range + 2 batches) + right rate x (watermark + 2 batches)"
@@ -189,6 +214,8 @@ OPERATORS: dict[str, Operator] = {
         ),
         Operator(
             name="custom_state",
+            plan_node="TransformWithStateInPySpark",
+            output_rate=_same_rate,
             formula=(
                 "one value-state row (and one timer) per active key, until the watermark passes its last event"
                 " plus the session timeout: rows = active keys"
@@ -221,3 +248,5 @@ def operator(name: str) -> Operator:
 
 # The operator name Spark writes into the state metadata -> ours.
 BY_SPARK_NAME = {op.spark_name: op.name for op in OPERATORS.values()}
+# The analyzed plan's node -> ours.
+BY_PLAN_NODE = {op.plan_node: op.name for op in OPERATORS.values()}

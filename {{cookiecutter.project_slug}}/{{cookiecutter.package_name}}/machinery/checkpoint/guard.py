@@ -14,8 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..contract import PACKAGE, QUERY_MODULE
-from ..operators import BY_SPARK_NAME, OPERATORS
+from ..contract import PACKAGE
 from ..runtime.session import PROVIDER_CLASSES, spark_confs
 from ..settings import Settings
 
@@ -34,15 +33,13 @@ class Drift:
     in_settings: str
     in_checkpoint: str
     why: str
-    # Where the value comes from: the settings, or the code (the operator the query module declares).
-    source: str = "settings"
     # A way to convert the existing state, where there is one.
     convert: str = ""
 
     def message(self, checkpoint: str) -> str:
         keep = self.convert or " (the existing state cannot be converted)"
         return (
-            f"{self.setting} is {self.in_settings} in {self.source}, but the checkpoint {checkpoint} holds"
+            f"{self.setting} is {self.in_settings} in settings, but the checkpoint {checkpoint} holds"
             f" {self.in_checkpoint}: {self.why} Either set {self.setting} back to {self.in_checkpoint},"
             f" or set query.checkpoint_location to a new directory and reprocess the input from the start{keep}."
         )
@@ -75,7 +72,6 @@ def check_checkpoint(settings: Settings) -> GuardReport:
         return report
     report.last_batch, pinned = latest
     report.drifts += conf_drifts(settings, pinned)
-    report.drifts += operator_drifts(settings, checkpoint)
     if not any(drift.setting == "state_store.provider" for drift in report.drifts):
         report.notes += changelog_notes(settings, checkpoint)
     return report
@@ -220,25 +216,6 @@ def repartition_advice(provider: str, partitions: str) -> str:
         f" (a checkpoint of the {provider} store cannot be repartitioned: Spark's repartitioning reads RocksDB"
         " state only)"
     )
-
-
-def operator_drifts(settings: Settings, checkpoint: Path) -> list[Drift]:
-    """The stateful operator must be the one whose state the checkpoint holds."""
-    recorded = [operator["operatorName"] for operator in stateful_operators(checkpoint)]
-    expected = OPERATORS[settings.query.operator].spark_name
-    if not recorded or recorded == [expected]:
-        return []
-    names = BY_SPARK_NAME
-    held = ", ".join(names.get(name, name) for name in recorded)
-    return [
-        Drift(
-            f"{QUERY_MODULE}.OPERATOR",
-            settings.query.operator,
-            held,
-            "the state in the checkpoint has the shape of that operator and cannot serve another.",
-            source="the code",
-        )
-    ]
 
 
 def stateful_operators(checkpoint: Path) -> list[dict]:

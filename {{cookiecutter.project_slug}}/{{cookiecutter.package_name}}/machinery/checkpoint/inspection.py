@@ -102,6 +102,13 @@ class Inspection:
     def state_rows(self) -> int:
         return sum(operator.rows for operator in self.operators)
 
+    def estimates_by_operator(self) -> list[tuple[OperatorState, capacity.Estimate]]:
+        """Each operator's state beside its own estimate, when the estimate has one per operator of the
+        checkpoint (its parts run the way events flow, Spark's operator ids from the sink back)."""
+        if self.estimate is None or len(self.estimate.operators) != len(self.operators):
+            return []
+        return list(zip(reversed(self.operators), self.estimate.operators, strict=True))
+
     def to_dict(self) -> dict[str, object]:
         """The --json form: stable keys, every figure per partition."""
         operators = []
@@ -130,6 +137,10 @@ class Inspection:
                 "payload_bytes": self.estimate.payload_bytes,
                 "rocksdb_disk_bytes": self.estimate.rocksdb_disk_bytes,
                 "measured_share": _rounded(self.state_rows / self.estimate.rows if self.estimate.rows else None),
+                "operators": [
+                    {"operator_id": operator.operator_id, "operator": part.operator, "state_rows": part.rows}
+                    for operator, part in self.estimates_by_operator()
+                ],
             }
         return {
             "checkpoint": self.checkpoint,
@@ -318,6 +329,10 @@ def _comparison(inspection: Inspection) -> list[str]:
         f" HDFS-backed store ({e.heap_bytes_per_row} B per row), {capacity.human_bytes(e.rocksdb_disk_bytes)} of"
         " disk on RocksDB",
         f"measured at batch {inspection.batch_id}: {measured:,} state rows ({share}), at most {most:,} in one partition",
+        *(
+            f"  operator {operator.operator_id} ({part.operator}): {operator.rows:,} state rows, estimate {part.rows:,}"
+            for operator, part in (inspection.estimates_by_operator() if len(inspection.operators) > 1 else [])
+        ),
     ]
 
 

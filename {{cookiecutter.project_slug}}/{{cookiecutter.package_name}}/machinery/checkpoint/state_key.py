@@ -10,58 +10,20 @@ later start compares the key of the query it is about to run with that record.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import _parse_datatype_json_value
 
+from ..runtime.query_plan import read_plan
 from .guard import CheckpointUnreadable
 
 RECORD_NAME = "state_key.json"
 
 
 def state_keys(result: DataFrame) -> list[str]:
-    """One line per stateful operator of the query's analyzed plan: its kind and its key columns,
-    such as `aggregation by window struct<start:timestamp,end:timestamp>, key string`."""
-    plan = json.loads(result._jdf.queryExecution().analyzed().toJSON())
-    keys = []
-    for index, node in enumerate(plan):
-        kind = node["class"].rsplit(".", 1)[-1]
-        if kind == "Aggregate" and result.isStreaming:
-            keys.append("aggregation by " + _columns(node["groupingExpressions"]))
-        elif kind in ("Deduplicate", "DeduplicateWithinWatermark"):
-            keys.append("deduplication by " + _columns(node["keys"]))
-        elif kind == "Join":
-            keys.append("join on " + _equalities(node.get("condition") or []))
-        elif "groupingAttributesLen" in node:  # transformWithState and its kin: the child leads with the key
-            child = plan[index + 1]
-            columns = child.get("projectList") or child.get("output") or []
-            keys.append(f"{kind} by " + _columns(columns[: node["groupingAttributesLen"]]))
-    return keys
-
-
-def _columns(expressions: list[list[dict[str, Any]]]) -> str:
-    """Each expression is a flat pre-order list whose first node is the top; an attribute or alias names it."""
-    return ", ".join(_describe(expression[0]) for expression in expressions)
-
-
-def _describe(top: dict[str, Any]) -> str:
-    name = top.get("name", top["class"].rsplit(".", 1)[-1])
-    if "dataType" not in top:
-        return name
-    return f"{name} {_parse_datatype_json_value(top['dataType']).simpleString()}"
-
-
-def _equalities(condition: list[dict[str, Any]]) -> str:
-    """The column = column parts of a join condition (the join's state key), in order."""
-    found = []
-    for index, node in enumerate(condition):
-        if node["class"].endswith(".EqualTo"):
-            left, right = condition[index + 1], condition[index + 2]
-            if "name" in left and "name" in right:
-                found.append(f"{_describe(left)} = {_describe(right)}")
-    return ", ".join(found) or "no column equality"
+    """One line per stateful operator of the query's plan, in Spark's operator order: its kind and its
+    key columns, such as `aggregation by window struct<start:timestamp,end:timestamp>, key string`."""
+    return [operator.key_line for operator in read_plan(result)]
 
 
 class StateKeyChanged(Exception):
@@ -121,6 +83,15 @@ class KeyRecord:
             stream.write(bytearray(text.encode("utf-8")))
         finally:
             stream.close()
+
+
+def state_key_drift(spark: SparkSession, result: DataFrame, checkpoint: str) -> str | None:
+    """The refusal check_state_key would raise, as a line, without recording anything (for `check`)."""
+    record = KeyRecord(spark, checkpoint)
+    recorded, now = record.read(), state_keys(result)
+    if recorded is not None and recorded != now and record.has_commits():
+        return str(StateKeyChanged(record.location, recorded, now))
+    return None
 
 
 def check_state_key(spark: SparkSession, result: DataFrame, checkpoint: str) -> str | None:

@@ -15,6 +15,7 @@ import sys
 
 from ..checkpoint.guard import CheckpointUnreadable
 from ..checkpoint.inspection import InspectError
+from ..checkpoint.operator_list import OperatorsChanged
 from ..checkpoint.repartition import RepartitionRefused
 from ..checkpoint.run_lock import CheckpointBusy
 from ..contract import PACKAGE
@@ -38,6 +39,7 @@ MISSING_DEPENDENCY_PREFIXES = {
 CHECKPOINT_PREFIXES = {
     CheckpointUnreadable: "checkpoint error",
     CheckpointBusy: "checkpoint error",
+    OperatorsChanged: "checkpoint error",
     RepartitionRefused: "repartition refused",
 }
 
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     except (JavaError, ConnectorError, MissingPackageError, LocalKafkaError) as error:
         print(f"{MISSING_DEPENDENCY_PREFIXES[type(error)]}: {error}", file=sys.stderr)
         return EXIT_MISSING_DEPENDENCY
-    except (CheckpointUnreadable, CheckpointBusy, RepartitionRefused) as error:
+    except (CheckpointUnreadable, CheckpointBusy, OperatorsChanged, RepartitionRefused) as error:
         print(f"{CHECKPOINT_PREFIXES[type(error)]}: {error}", file=sys.stderr)
         return EXIT_CHECKPOINT_DRIFT
     except InspectError as error:

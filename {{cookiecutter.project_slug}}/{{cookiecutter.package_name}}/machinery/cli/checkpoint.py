@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ..checkpoint.guard import check_checkpoint
-from ..settings import DEFAULT_SETTINGS_FILE, load_settings
+from ..settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_settings
 from .arguments import EXIT_CHECKPOINT_DRIFT, add_settings_argument, non_negative_int
 from .run import guard_passes
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     check = commands.add_parser(
-        "check", help="compare settings with the existing checkpoint, without starting Spark (exit 4 on drift)"
+        "check", help="compare the settings and the query with the existing checkpoint; nothing runs (exit 4 on drift)"
     )
     add_settings_argument(check)
     check.set_defaults(handler=cmd_check)
@@ -42,12 +43,43 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    report = check_checkpoint(load_settings(args.settings))
+    settings = load_settings(args.settings)
+    report = check_checkpoint(settings)
     if not guard_passes(report):
         return EXIT_CHECKPOINT_DRIFT
-    if report.last_batch is not None:
-        print(f"checkpoint {report.checkpoint}: consistent with the settings (last batch {report.last_batch})")
+    if report.last_batch is None:
+        return 0
+    drift, operators = _plan_drift(settings)
+    if drift:
+        print(f"checkpoint error: {drift}", file=sys.stderr)
+        return EXIT_CHECKPOINT_DRIFT
+    print(
+        f"checkpoint {report.checkpoint}: consistent with the settings and the query's {operators}"
+        f" (last batch {report.last_batch})"
+    )
     return 0
+
+
+def _plan_drift(settings: Settings) -> tuple[str | None, str]:
+    """The query's stateful operators and their keys against the checkpoint's, read from the query's
+    plan in a local Spark session (nothing runs): the refusal a start would give, and the operators."""
+    from ..checkpoint.operator_list import operators_drift
+    from ..checkpoint.state_key import state_key_drift
+    from ..runtime.query_plan import chain, flow_order, read_plan, stand_in_result
+    from ..runtime.session import local_session
+
+    spark = local_session("check-plan", {})
+    try:
+        result = stand_in_result(spark, settings)
+        plan = read_plan(result)
+        problems = settings.plan_problems(plan)
+        if problems:
+            raise SettingsError(problems)
+        location = settings.query.checkpoint_location
+        drift = operators_drift(plan, location) or state_key_drift(spark, result, location)
+    finally:
+        spark.stop()
+    return drift, chain([operator.kind for operator in flow_order(plan)])
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -56,6 +88,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from ..checkpoint.inspection import READER_CONFS, checkpoint_facts, inspect_checkpoint, render
 
     facts = checkpoint_facts(location, args.batch_id)  # what can be checked before Spark starts
+    from ..runtime.query_plan import planned_operators
     from ..runtime.session import local_session, secret_confs
 
     # The user's own confs may carry what a cloud checkpoint needs (credentials, file systems).
@@ -67,10 +100,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if args.key is not None:
             return _inspect_key(spark, location, facts, args)
         inspection = inspect_checkpoint(spark, location, facts, args.batch_id)
+        if settings is not None:  # the estimate of each stateful operator of the query's plan
+            inspection.estimate = settings.sizing(planned_operators(spark, settings))
     finally:
         spark.stop()
-    if settings is not None:
-        inspection.estimate = settings.sizing()
     print(json.dumps(inspection.to_dict(), indent=2) if args.json else render(inspection))
     return 0
 

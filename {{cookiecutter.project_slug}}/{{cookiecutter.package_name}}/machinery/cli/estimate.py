@@ -10,13 +10,14 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from ..operators import NAMES
-from ..settings import Settings, load_settings
+from ..settings import Settings, SettingsError, load_settings
 from ..sizing import capacity, partitions
 from ..sizing.cluster_sizing import DEFAULT_EXECUTOR_MEMORY, ClusterSizing, cluster_report, size_cluster
 from ..sizing.partitions import PartitionAdvice
 from .arguments import EXIT_BAD_INPUT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
 
 if TYPE_CHECKING:
+    from ..runtime.query_plan import PlanOperator
     from ..sizing.calibration import Calibration
 
 # estimate flag -> the keyword of capacity.estimate (and of Settings.sizing) whose settings value it replaces.
@@ -49,7 +50,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     estimate.add_argument("--bytes-per-row", type=positive_int, help="bytes per state row")
     estimate.add_argument("--partitions", type=positive_int, help="shuffle partitions")
     estimate.add_argument("--growth", type=positive_float, help="growth factor, 1 or more")
-    estimate.add_argument("--operator", choices=NAMES, help="the stateful operator (default: from settings)")
+    estimate.add_argument(
+        "--operator", choices=NAMES, help="one stateful operator alone (default: each operator of the query's plan)"
+    )
     estimate.add_argument("--window", help="windowed_aggregation: window length, such as '1 minute'")
     estimate.add_argument("--keys", type=positive_int, help="windowed_aggregation, custom_state: distinct keys")
     estimate.add_argument("--join-rate", type=positive_float, help="stream_stream_join: join_source rows per second")
@@ -117,9 +120,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             return EXIT_QUERY_FAILED
         overrides.update(measured_on=calibration.provider, measured_bytes_per_row=calibration.bytes_per_row)
     overrides["bytes_per_row_source"] = _bytes_source(args, calibration)
+    # The operators of the query's plan, unless --operator asks about one operator alone.
+    plan = None if settings is None or args.operator is not None else query_plan_of(settings)
     try:
         # Settings.sizing maps the settings to the estimate's inputs; the flags given replace theirs.
-        sizing = capacity.estimate(**overrides) if settings is None else settings.sizing(**overrides)
+        sizing = capacity.estimate(**overrides) if settings is None else settings.sizing(plan, **overrides)
     except ValueError as error:
         print(f"estimate error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -151,6 +156,22 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print(capacity.report(sizing, partition_lines=partitions.describe(advice, sizing.shuffle_partitions, sizing)))
         print(cluster_report(cluster) if cluster else CLUSTER_HINT)
     return 0
+
+
+def query_plan_of(settings: Settings) -> list[PlanOperator]:
+    """The stateful operators of the project's query, read from its plan in a local session (nothing runs)."""
+    from ..runtime.query_plan import planned_operators
+    from ..runtime.session import local_session
+
+    spark = local_session("estimate-plan", {})
+    try:
+        plan = planned_operators(spark, settings)
+    finally:
+        spark.stop()
+    problems = settings.plan_problems(plan)
+    if problems:
+        raise SettingsError(problems)
+    return plan
 
 
 def partition_advice(settings: Settings | None, sizing: capacity.Estimate, max_cores: int | None) -> PartitionAdvice:

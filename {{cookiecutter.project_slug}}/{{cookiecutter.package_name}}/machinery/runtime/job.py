@@ -14,13 +14,15 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from ..checkpoint.operator_list import check_operators
 from ..checkpoint.state_key import check_state_key
-from ..contract import user_query
+from ..contract import QUERY_MODULE, user_query
 from ..endpoints.sinks import start_query
 from ..endpoints.sources import read_events
-from ..settings import QuerySettings, Settings
+from ..settings import QuerySettings, Settings, SettingsError
 from ..text import first_line
 from .progress import ProgressPrinter
+from .query_plan import PlanOperator, chain, flow_order, read_plan
 from .watchdog import StateWatchdog
 
 POLL_SECONDS = 0.2
@@ -38,6 +40,29 @@ def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
 def apply_operator(events: DataFrame, query: QuerySettings, join_events: DataFrame | None = None) -> DataFrame:
     """The query module's stateful query on a stream (or, in tests, on batch data) of events."""
     return user_query().stateful_query(events, query, join_events)
+
+
+def follow_plan(result: DataFrame, settings: Settings, remarks_to: TextIO) -> list[PlanOperator]:
+    """The stateful operators of the query about to run, checked before it starts: against the settings
+    (inputs, store, sink mode, capacity.operators), against the checkpoint's operators and their state
+    keys. Where the query module's OPERATOR names another operator, the plan wins, said in one line."""
+    plan = read_plan(result)
+    problems = settings.plan_problems(plan)
+    if problems:
+        raise SettingsError(problems)
+    check_operators(plan, settings.query.checkpoint_location)
+    note = check_state_key(result.sparkSession, result, settings.query.checkpoint_location)
+    if note:
+        print(f"checkpoint: {note}", file=remarks_to, flush=True)
+    kinds = [operator.kind for operator in flow_order(plan)]
+    if kinds != [settings.query.operator]:
+        print(
+            f"query: the plan runs {chain(kinds)}; {QUERY_MODULE}.OPERATOR ({settings.query.operator}) only shapes"
+            " the sample input: the sizing, the guard and the tools follow the plan",
+            file=remarks_to,
+            flush=True,
+        )
+    return plan
 
 
 def stop_quietly(spark: SparkSession, query: StreamingQuery) -> None:
@@ -112,21 +137,19 @@ def run_query(
     N-th commit is seen is abandoned uncommitted and replayed by the next start.
     """
     monitoring = settings.monitoring
+    remarks_to = monitoring.remarks_to(progress_to)
+    result = build_result(spark, settings)
+    plan = follow_plan(result, settings, remarks_to)
     watchdog = StateWatchdog(
-        settings.sizing(),
+        settings.sizing(plan),
         settings.state_store.provider,
         monitoring.state_warning_factor,
         monitoring.hdfs_memory_warning_share,
     )
     json_lines = monitoring.progress_format == "json"
     printer = ProgressPrinter(progress_to, json_lines=json_lines, watchdog=watchdog)
-    remarks_to = monitoring.remarks_to(progress_to)
     spark.streams.addListener(printer)
     try:
-        result = build_result(spark, settings)
-        note = check_state_key(spark, result, settings.query.checkpoint_location)
-        if note:
-            print(f"checkpoint: {note}", file=remarks_to, flush=True)
         query = start_query(result, settings.sink, settings.query)
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         stopping = False

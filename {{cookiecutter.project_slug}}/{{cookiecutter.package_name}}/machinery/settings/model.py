@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO
 
@@ -18,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ..durations import AVAILABLE_NOW, parse_duration
 from ..operators import NAMES, OPERATORS
+from ..runtime.query_plan import PlanOperator, chain, flow_order
 from ..sizing import capacity
 from ..sizing.capacity import Estimate
 
@@ -331,6 +333,16 @@ class QuerySettings(Section):
         return str(value)
 
 
+class OperatorCapacity(Section):
+    """One stateful operator's own sizing inputs, where they differ from the query's."""
+
+    # The operator this entry is for (the plan's name for it), checked against the plan; null: any.
+    operator: str | None = Field(None, description="the operator's name, as `estimate` lists it, or null")
+    input_rows_per_second: float | None = Field(None, gt=0, description="rows per second greater than zero, or null")
+    key_cardinality: int | None = Field(None, gt=0, description="a whole number of keys greater than zero, or null")
+    state_bytes_per_row: int | None = Field(None, gt=0, description="bytes greater than zero, or null")
+
+
 class CapacitySettings(Section):
     input_rows_per_second: float = Field(gt=0, description="rows per second greater than zero")
     # Distinct keys (windowed_aggregation, custom_state); null: unknown, every event may be a new key.
@@ -343,6 +355,10 @@ class CapacitySettings(Section):
     # The most cores the job will run on, for the shuffle-partition advice; null: not known.
     max_cores: int | None = Field(None, gt=0, description="a whole number of cores greater than zero, or null")
     state_growth_factor: float = Field(1.0, ge=1, description="a number of 1 or more")
+    # A query of several stateful operators: an entry per operator, in the order events reach them.
+    operators: list[OperatorCapacity] = Field(
+        default_factory=list, description="a list of one entry per stateful operator of the query"
+    )
 
 
 class MonitoringSettings(Section):
@@ -397,27 +413,9 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _operator_fits_inputs_and_store(self) -> Settings:
-        name = self.query.operator
-        op = OPERATORS[name]
-        if op.two_inputs and self.join_source is None:
-            raise ValueError(
-                f"the query runs {name} but join_source is null; add a join_source section"
-                " for the second input (the same keys as source)"
-            )
-        if not op.two_inputs and self.join_source is not None:
-            raise ValueError(
-                f"join_source is set but the query runs {name}, which reads one input; set join_source to null"
-            )
-        if op.rocksdb_only and self.state_store.provider != "rocksdb":
-            raise ValueError(
-                f"the query runs {name} but state_store.provider is hdfs: {op.rocksdb_only};"
-                " set state_store.provider to rocksdb (with a new checkpoint if one exists)"
-            )
-        if op.append_only and self.sink.output_mode != "append":
-            raise ValueError(
-                f"the query runs {name} but sink.output_mode is {self.sink.output_mode}: {name} emits"
-                " each row once, final, and Spark runs it in append mode only; set sink.output_mode to append"
-            )
+        problems = self.operator_problems([self.query.operator])
+        if problems:
+            raise ValueError(problems[0])
         both = self.join_source
         if both and self.source.type == both.type == "files" and self.source.files.path == both.files.path:
             raise ValueError(
@@ -425,6 +423,54 @@ class Settings(BaseSettings):
                 " give each input its own landing directory"
             )
         return self
+
+    def operator_problems(self, names: Sequence[str]) -> list[str]:
+        """What the stateful operators `names` need of the inputs, the store and the sink, one line each:
+        checked for the starter's OPERATOR when the settings load, and for the plan's before a run."""
+        known = [name for name in names if name in OPERATORS]
+        ran = f"the query runs {' -> '.join(names)}"
+        problems = []
+        two_inputs = any(OPERATORS[name].two_inputs for name in known)
+        if two_inputs and self.join_source is None:
+            problems.append(
+                f"{ran} but join_source is null; add a join_source section for the second input (the same keys as source)"
+            )
+        if not two_inputs and self.join_source is not None:
+            problems.append(f"join_source is set but {ran}, which reads one input; set join_source to null")
+        for name in known:
+            op = OPERATORS[name]
+            if op.rocksdb_only and self.state_store.provider != "rocksdb":
+                problems.append(
+                    f"{ran} but state_store.provider is hdfs: {op.rocksdb_only};"
+                    " set state_store.provider to rocksdb (with a new checkpoint if one exists)"
+                )
+            if op.append_only and self.sink.output_mode != "append":
+                problems.append(
+                    f"{ran} but sink.output_mode is {self.sink.output_mode}: {name} emits each row once, final,"
+                    " and Spark runs it in append mode only; set sink.output_mode to append"
+                )
+        return problems
+
+    def plan_problems(self, plan: Sequence[PlanOperator]) -> list[str]:
+        """The checks of operator_problems for the operators of the query's plan, and capacity.operators
+        held against them: one entry per operator, in the order events reach them."""
+        flow = flow_order(plan)
+        kinds = [operator.kind for operator in flow]
+        problems = self.operator_problems(kinds)
+        entries = self.capacity.operators
+        if entries and len(entries) != len(flow):
+            problems.append(
+                f"capacity.operators has {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} but the query's"
+                f" plan holds {len(flow)} stateful operator{'' if len(flow) == 1 else 's'} ({chain(kinds)});"
+                " give one entry per operator, in that order, or remove the list"
+            )
+        for index, (entry, kind) in enumerate(zip(entries, kinds, strict=False)):
+            if entry.operator is not None and entry.operator != kind:
+                problems.append(
+                    f"capacity.operators[{index}].operator is {entry.operator} but operator {index + 1} of the query's"
+                    f" plan is {kind} ({chain(kinds)}); put the entries in that order, or fix the name"
+                )
+        return problems
 
     def problems_before_run(self) -> list[str]:
         """What a run needs beyond valid settings: landing directories that exist, secrets that are set,
@@ -436,9 +482,10 @@ class Settings(BaseSettings):
             problems += _write_problems("sink.path", self.sink.path)
         return problems
 
-    def sizing(self, **overrides: Any) -> Estimate:
-        """The capacity estimate for these settings; overrides (keywords of capacity.estimate, such as
-        state_bytes_per_row) replace what the settings say."""
+    def sizing(self, plan: Sequence[PlanOperator] | None = None, **overrides: Any) -> Estimate:
+        """The capacity estimate for these settings: of each stateful operator of the query's plan,
+        summed, or of the starter's OPERATOR without a plan. Overrides (keywords of capacity.estimate,
+        such as state_bytes_per_row) replace what the settings say; a rate replaces the source's."""
         inputs: dict[str, Any] = {
             "input_rows_per_second": self.capacity.input_rows_per_second,
             "watermark": self.query.watermark,
@@ -453,7 +500,25 @@ class Settings(BaseSettings):
             "session_timeout": self.query.custom_state.session_timeout,
             "trigger": self.query.trigger,
         }
-        return capacity.estimate(**{**inputs, **overrides})
+        inputs.update(overrides)
+        if plan is None:
+            return capacity.estimate(**inputs)
+        flow = [operator for operator in flow_order(plan) if operator.known]
+        place = {operator.operator_id: index for index, operator in enumerate(flow)}
+        entries = self.capacity.operators
+        own: list[dict[str, object]] = []
+        for index, operator in enumerate(flow):
+            entry = entries[index].model_dump(exclude_none=True, exclude={"operator"}) if index < len(entries) else {}
+            from_plan = {"watermark": operator.watermark, "window": operator.window, "join_range": operator.join_range}
+            # What the caller overrides (estimate's flags, a calibration) wins, but the source's rate.
+            given = {key: value for key, value in overrides.items() if key != "input_rows_per_second"}
+            own.append({**{key: value for key, value in from_plan.items() if value}, **entry, **given})
+        return capacity.estimate_chain(
+            [operator.kind for operator in flow],
+            [None if op.upstream is None else place.get(op.upstream) for op in flow],
+            own,
+            **inputs,
+        )
 
 
 def nearest_existing_folder(location: str) -> Path | None:

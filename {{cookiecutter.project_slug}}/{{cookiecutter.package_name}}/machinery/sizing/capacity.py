@@ -15,7 +15,8 @@ operators.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from ..durations import named_duration
 from ..figures import human_bytes, num, require_positive
@@ -99,9 +100,26 @@ class Estimate:
     rows_changed_per_batch: int
     rocksdb_disk_bytes: int
     rocksdb_memory_bytes: int
+    # A query of several stateful operators: each one's estimate, in the order events reach them; the
+    # figures above are their sums (every operator keeps its own stores in each partition).
+    parts: tuple[Estimate, ...] = ()
+    # Where the input rate comes from, when it is not the answered one (an operator after another).
+    rate_source: str = ""
+
+    @property
+    def operators(self) -> tuple[Estimate, ...]:
+        """The estimate of each stateful operator: the parts, or this one alone."""
+        return self.parts or (self,)
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        """Today's totals, and the operators as a list beside them."""
+        figures = self._figures()
+        if not self.parts:
+            return {**figures, "operators": [dict(figures)]}
+        return {**figures, "operators": [part._figures() for part in self.parts]}
+
+    def _figures(self) -> dict[str, object]:
+        return {name: value for name, value in asdict(self).items() if name != "parts"}
 
 
 def estimate(
@@ -182,6 +200,70 @@ def estimate(
     )
 
 
+def estimate_chain(
+    operators: Sequence[str],
+    upstream: Sequence[int | None],
+    own_inputs: Sequence[dict[str, object]],
+    **inputs: object,
+) -> Estimate:
+    """The state of a query of several stateful operators, in the order events reach them: each sized
+    with the inputs of `estimate`, its own inputs on top (own_inputs[i]: its watermark, window, rate,
+    keys, bytes per row), and without a rate of its own the rows its upstream operator (the index of
+    the operator whose output it reads, or None for the source) passes on at most. Summed by combine."""
+    parts: list[Estimate] = []
+    rate_out: list[float] = []
+    for index, (name, before, own) in enumerate(zip(operators, upstream, own_inputs, strict=True)):
+        merged: dict[str, Any] = {**inputs, "operator": name, **own}
+        source = ""
+        if "input_rows_per_second" in own:
+            source = f"capacity.operators[{index}].input_rows_per_second"
+        elif before is not None:
+            merged["input_rows_per_second"] = rate_out[before]
+            source = (
+                f"what {operators[before]} before it passes on, at most (set"
+                f" capacity.operators[{index}].input_rows_per_second when a filter or repeats lower it)"
+            )
+        part = estimate(**merged)
+        shape = {key: merged.get(key) for key in ("window", "key_cardinality") if merged.get(key) is not None}
+        rate_out.append(find_operator(name).output_rate(part.input_rows_per_second, **shape))
+        parts.append(replace(part, rate_source=source) if len(operators) > 1 or source else part)
+    return combine(parts)
+
+
+def combine(parts: Sequence[Estimate]) -> Estimate:
+    """The state of a query of several stateful operators: rows, bytes and store instances summed per
+    partition, the provider decided on the sum. A single operator's estimate is returned as it is."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        raise ValueError("a query without a stateful operator keeps no state to size")
+    first = parts[0]
+    rows = sum(part.rows for part in parts)
+    total = sum(part.total_bytes for part in parts)
+    per_partition = total // first.shuffle_partitions
+    projected = round(per_partition * first.growth_factor)
+    return replace(
+        first,
+        operator=" -> ".join(part.operator for part in parts),
+        formula="each operator's state, summed",
+        headline_rows=sum(part.headline_rows for part in parts),
+        rows_working=" + ".join(num(part.rows) for part in parts) + f" = {num(rows)} rows",
+        shape={},
+        rows=rows,
+        payload_bytes=sum(part.payload_bytes for part in parts),
+        heap_bytes_per_row=round(sum(part.rows * part.heap_bytes_per_row for part in parts) / rows) if rows else 0,
+        store_instances=sum(part.store_instances for part in parts),
+        total_bytes=total,
+        bytes_per_partition=per_partition,
+        projected_bytes_per_partition=projected,
+        recommended_provider="rocksdb" if projected >= ROCKSDB_THRESHOLD_BYTES else "hdfs",
+        rows_changed_per_batch=sum(part.rows_changed_per_batch for part in parts),
+        rocksdb_disk_bytes=sum(part.rocksdb_disk_bytes for part in parts),
+        rocksdb_memory_bytes=sum(part.rocksdb_memory_bytes for part in parts),
+        parts=tuple(parts),
+    )
+
+
 def rows_changed_per_batch(rows: int, rate: float, inputs: dict[str, object], trigger: object) -> int:
     """The rows one batch writes to the state and deletes from it at steady state: a row per event (at
     most every row), and as many deleted as added. An available_now batch is as large as the backlog,
@@ -214,11 +296,12 @@ def decide(requested_provider: str, changelog_checkpointing: bool, sizing: Estim
         raise ValueError(f"provider must be auto, hdfs or rocksdb, got {requested_provider!r}")
     recommended = sizing.recommended_provider
     notes = []
-    only_rocksdb = find_operator(sizing.operator).rocksdb_only
+    needs_rocksdb = [part.operator for part in sizing.operators if find_operator(part.operator).rocksdb_only]
+    only_rocksdb = find_operator(needs_rocksdb[0]).rocksdb_only if needs_rocksdb else None
     if only_rocksdb:
         if requested_provider == "hdfs":
             raise ValueError(
-                f"{sizing.operator} needs the rocksdb state store ({only_rocksdb});"
+                f"{needs_rocksdb[0]} needs the rocksdb state store ({only_rocksdb});"
                 " answer rocksdb or auto for state_store_provider"
             )
         if recommended == "hdfs":
@@ -248,21 +331,22 @@ def report(sizing: Estimate, decision: Decision | None = None, partition_lines: 
     partition advice (partitions.describe) when given."""
     e = sizing
     share = e.projected_bytes_per_partition / e.threshold_bytes
-    lines = [
-        "State store sizing (napkin math)",
-        f"  operator       = {e.operator}: {e.formula}",
-        f"  headline       = watermark {e.watermark} ({num(e.watermark_seconds)} s)"
-        f" x {num(e.input_rows_per_second)} rows/s = {num(e.headline_rows)} rows (state kept for the watermark)",
-        f"  state rows     = {e.rows_working}",
-        *_beyond_headline(e),
-        f"  inputs         = {_inputs(e)}",
-        f"  bytes per row  = {num(e.state_bytes_per_row)} B: {e.bytes_per_row_source}",
-        f"  payload        = {num(e.rows)} rows x {num(e.state_bytes_per_row)} B"
-        f" = {num(e.payload_bytes)} B ({human_bytes(e.payload_bytes)})",
-        f"  store overhead = {_heap_working(e)}",
-        f"  hdfs heap      = {num(e.rows)} x {num(e.heap_bytes_per_row)} B + {num(e.store_instances)} x"
-        f" {num(e.heap_bytes_per_instance)} B = {num(e.total_bytes)} B ({human_bytes(e.total_bytes)}):"
-        " the figure the threshold is applied to",
+    lines = ["State store sizing (napkin math)"]
+    if e.parts:
+        lines.append(
+            f"  query          = {len(e.parts)} stateful operators, in the order events reach them: {e.operator};"
+            " each keeps its own stores in every partition, so their state is summed"
+        )
+        for number, part in enumerate(e.parts, 1):
+            lines += [f"  operator {number:<6}= {part.operator}: {part.formula}", *_operator_lines(part, "    ")]
+        lines += [
+            f"  state rows     = {e.rows_working}",
+            f"  hdfs heap      = {' + '.join(num(part.total_bytes) for part in e.parts)} = {num(e.total_bytes)} B"
+            f" ({human_bytes(e.total_bytes)}): the figure the threshold is applied to",
+        ]
+    else:
+        lines += [f"  operator       = {e.operator}: {e.formula}", *_operator_lines(e, "  ")]
+    lines += [
         f"  per partition  = {num(e.total_bytes)} B / {num(e.shuffle_partitions)} partitions"
         f" = {num(e.bytes_per_partition)} B ({human_bytes(e.bytes_per_partition)})",
         f"  with growth    = x{num(e.growth_factor)} = {num(e.projected_bytes_per_partition)} B"
@@ -283,6 +367,27 @@ def report(sizing: Estimate, decision: Decision | None = None, partition_lines: 
         f" checkpoint and reprocessing. {_repartition_note(decision)}"
     )
     return "\n".join(lines)
+
+
+def _operator_lines(e: Estimate, indent: str) -> list[str]:
+    """One operator's napkin math: its rows, its payload and its heap on the HDFS-backed store."""
+    rate = [f"{indent}rate in        = {num(e.input_rows_per_second)} rows/s: {e.rate_source}"] if e.rate_source else []
+    lines = [
+        *rate,
+        f"{indent}headline       = watermark {e.watermark} ({num(e.watermark_seconds)} s)"
+        f" x {num(e.input_rows_per_second)} rows/s = {num(e.headline_rows)} rows (state kept for the watermark)",
+        f"{indent}state rows     = {e.rows_working}",
+        *_beyond_headline(e),
+        f"{indent}inputs         = {_inputs(e)}",
+        f"{indent}bytes per row  = {num(e.state_bytes_per_row)} B: {e.bytes_per_row_source}",
+        f"{indent}payload        = {num(e.rows)} rows x {num(e.state_bytes_per_row)} B"
+        f" = {num(e.payload_bytes)} B ({human_bytes(e.payload_bytes)})",
+        f"{indent}store overhead = {_heap_working(e)}",
+        f"{indent}hdfs heap      = {num(e.rows)} x {num(e.heap_bytes_per_row)} B + {num(e.store_instances)} x"
+        f" {num(e.heap_bytes_per_instance)} B = {num(e.total_bytes)} B ({human_bytes(e.total_bytes)})"
+        + ("" if e.parts or indent != "  " else ": the figure the threshold is applied to"),
+    ]
+    return [line.replace("  vs headline", indent + "vs headline", 1) for line in lines]
 
 
 def _repartition_note(decision: Decision | None) -> str:
@@ -310,6 +415,8 @@ def _heap_working(e: Estimate) -> str:
 def _rocksdb_source(e: Estimate) -> str:
     if e.measured_on == "rocksdb":
         return "disk as the calibration measured it"
+    if e.parts:
+        return f"each operator's SST files, flushes and native memory (store_costs.py), summed; {e.store_costs_source}"
     costs = store_costs.COSTS[e.operator]
     return (
         f"SST files: the rows at x{costs.disk_ratio:g} the payload, and {num(store_costs.UNMERGED_FLUSHES)}"

@@ -56,22 +56,24 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
     if found:
         return result
     capacity, partitions = machinery["sizing.capacity"], machinery["sizing.partitions"]
+    operators = machinery["operators"].STARTERS[answers["stateful_operator"]]
     cores = optional_whole(answers["max_cores"])
     explicit = optional_whole(answers["shuffle_partitions"])
     count = explicit or partitions.base_count(cores)
     try:
-        sizing, decision = size(capacity, answers, count)
+        sizing, decision = size(capacity, operators, answers, count)
         advice = partitions.advise(cores, decision.provider, sizing)
         if explicit is None and advice.recommended != count:
             # auto: the state asks for more partitions than the cores do; size again at that count.
             count = advice.recommended
-            sizing, decision = size(capacity, answers, count)
+            sizing, decision = size(capacity, operators, answers, count)
     except ValueError as error:  # a pairing such as custom_state with hdfs
         result["problems"] = [f"{error}."]
         return result
     partition_lines = partitions.describe(advice, count, sizing)
     result.update(
         warnings=implausible(answers, sizing),
+        operators=list(operators),
         provider=decision.provider,
         changelog_checkpointing=decision.changelog_checkpointing,
         shuffle_partitions=count,
@@ -100,7 +102,7 @@ def load_machinery(folder: Path) -> dict[str, ModuleType]:
     sys.modules[name] = package
     try:
         spec.loader.exec_module(package)
-        modules = ("durations", "sizing.capacity", "sizing.partitions")
+        modules = ("durations", "operators", "sizing.capacity", "sizing.partitions")
         return {module: importlib.import_module(f"{name}.{module}") for module in modules}
     finally:
         for loaded in [key for key in sys.modules if key == name or key.startswith(f"{name}.")]:
@@ -224,9 +226,11 @@ def optional_whole(text: Any) -> int | None:
     return None if text == "auto" else int(text)
 
 
-def size(capacity: ModuleType, answers: dict[str, Any], partitions: int) -> tuple[Any, Any]:
-    """The estimate at this partition count and the provider decision it leads to."""
-    sizing = capacity.estimate(**sizing_inputs(answers, partitions))
+def size(
+    capacity: ModuleType, operators: tuple[str, ...], answers: dict[str, Any], partitions: int
+) -> tuple[Any, Any]:
+    """The estimate of the starter's operators at this partition count and the provider decision it leads to."""
+    sizing = capacity.estimate_chain(operators, **sizing_inputs(answers, partitions))
     return sizing, capacity.decide(answers["state_store_provider"], bool(answers["changelog_checkpointing"]), sizing)
 
 
@@ -238,7 +242,6 @@ def sizing_inputs(answers: dict[str, Any], partitions: int) -> dict[str, Any]:
         "state_bytes_per_row": int(answers["state_bytes_per_row"]),
         "shuffle_partitions": partitions,
         "growth_factor": number(answers["state_growth_factor"]),
-        "operator": answers["stateful_operator"],
         "window": answers["window"],
         "key_cardinality": None if cardinality == "unknown" else int(cardinality),
         "join_input_rows_per_second": join_rate(answers),
@@ -273,6 +276,7 @@ def decision_comment(answers: dict[str, Any], sizing: Any, decision: Any, partit
         "Chosen at generation time by the capacity estimator",
         f"(python -m {package} estimate reproduces it):",
         f"  operator {e.operator}: {e.formula}",
+        *(f"    {part.operator}: {part.rows_working}" for part in e.parts),
         f"  headline rows = {e.watermark} x {e.input_rows_per_second:g} rows/s = {e.headline_rows:,}",
         f"  rows = {e.rows_working}",
         f"  payload = {e.rows:,} x {e.state_bytes_per_row} B = {e.payload_bytes:,} B; {e.state_bytes_per_row} B per row",

@@ -41,6 +41,14 @@ OPERATORS = {
     ),
     "stream_stream_join": ("job that joins two event streams", "state rows     = left 10,000 rows/s x (600 s"),
     "custom_state": ("job that keeps its own state per key", "state rows     = active keys within timeout"),
+    "deduplicated_count": (
+        "job that counts each event once",
+        "state rows     = 12,100,000 + 6,600,000 = 18,700,000 rows",
+    ),
+}
+# A starter -> its stateful operators, in the order events reach them.
+STARTER_OPERATORS = {name: [name] for name in OPERATORS} | {
+    "deduplicated_count": ["deduplication", "windowed_aggregation"]
 }
 
 
@@ -69,23 +77,35 @@ def test_every_operator_bakes_for_both_providers(out, capfd, operator, provider)
     assert (settings["join_source"] is None) is (operator != "stream_stream_join")
     # The user's code holds the chosen operator's query only, and custom state code only for custom_state.
     query = (project / "stream_job" / "query.py").read_text()
-    assert f'\nOPERATOR = "{operator}"\n' in query
-    assert [op for op, marker in QUERY_MARKERS.items() if marker in query] == [operator]
+    chain = STARTER_OPERATORS[operator]
+    # A single operator's starter keeps its label; a chain has none (the plan says what it runs).
+    assert (f'\nOPERATOR = "{operator}"\n' in query) is (len(chain) == 1)
+    assert sorted(op for op, marker in QUERY_MARKERS.items() if marker in query) == sorted(chain)
     assert (project / "stream_job" / "sessions.py").is_file() is (operator == "custom_state")
     printed = capfd.readouterr()
     opening, rows_line = OPERATORS[operator]
-    assert f"operator       = {operator}: " in printed.out + printed.err
+    if len(chain) == 1:
+        assert f"operator       = {operator}: " in printed.out + printed.err
+    else:
+        assert f"query          = 2 stateful operators, in the order events reach them: {' -> '.join(chain)}" in (
+            printed.out + printed.err
+        )
+        assert [entry["operator"] for entry in settings["capacity"]["operators"]] == chain
     assert rows_line in printed.out + printed.err
     readme = (project / "README.md").read_text()
     assert [words for words, _ in OPERATORS.values() if words in readme] == [opening]
+    # The job's estimate reads the operators from the query's plan: the same figures as the bake's.
     result = run_in(project, "-m", "stream_job", "estimate", "--json")
-    assert (result.returncode, json.loads(result.stdout)["operator"]) == (0, operator)
+    estimate = json.loads(result.stdout)
+    assert (result.returncode, estimate["operator"]) == (0, " -> ".join(chain))
+    assert [part["operator"] for part in estimate["operators"]] == chain
+    assert sum(part["rows"] for part in estimate["operators"]) == estimate["rows"]
     dependencies = tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
     assert ("pandas>=2.2,<3" in dependencies) is (operator == "custom_state")
     # The demo (on the default rate source) shows a join or custom state on sample files instead,
     # which end by themselves (available_now) rather than after a number of batches.
     makefile = (project / "Makefile").read_text()
-    on_files = operator in ("stream_stream_join", "custom_state")
+    on_files = operator in ("stream_stream_join", "custom_state", "deduplicated_count")
     assert ("sample-input" in makefile.split("\ndemo:")[1]) is on_files
     assert ("STREAM_JOB_SOURCE__TYPE=files" in makefile) is on_files
     assert ("STREAM_JOB_JOIN_SOURCE__TYPE=files" in makefile) is (operator == "stream_stream_join")

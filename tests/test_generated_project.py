@@ -6,6 +6,11 @@ tests/test_machinery.py.
 
 from __future__ import annotations
 
+import json
+import site
+import subprocess
+import sys
+
 import pytest
 
 from .conftest import bake, recorded_answers, run_in
@@ -33,7 +38,16 @@ REPRESENTATIVE = [
         {"stateful_operator": "custom_state", "source": "files", "sink": "parquet", "changelog_checkpointing": False},
         id="operator:custom_state-provider:rocksdb-source:files-sink:parquet-changelog:off",
     ),
+    pytest.param(
+        {"stateful_operator": "deduplicated_count", "state_store_provider": "rocksdb"},
+        id="operator:deduplicated_count-provider:rocksdb-source:rate-sink:parquet",
+    ),
 ]
+# The one line a user adds to the default query to deduplicate before counting.
+DEDUPLICATE_FIRST = (
+    '        .withWatermark("event_time", query.watermark)\n',
+    '        .withWatermark("event_time", query.watermark)\n        .dropDuplicatesWithinWatermark(["event_id"])\n',
+)
 
 
 @pytest.mark.parametrize("answers", REPRESENTATIVE)
@@ -49,3 +63,38 @@ def test_generated_tests_and_lint_pass(out, answers):
     tests = run_in(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", timeout=900)
     assert tests.returncode == 0, tests.stdout[-5000:] + tests.stderr[-3000:]
     assert " passed" in tests.stdout and "failed" not in tests.stdout and "skipped" not in tests.stdout
+
+
+def test_a_default_project_edited_into_a_chain_passes_its_own_tests(out):
+    project = bake(out)
+    query = project / "stream_job" / "query.py"
+    old, new = DEDUPLICATE_FIRST
+    assert query.read_text().count(old) == 1
+    query.write_text(query.read_text().replace(old, new))
+    tests = run_in(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", timeout=900)
+    assert tests.returncode == 0, tests.stdout[-5000:] + tests.stderr[-3000:]
+    assert " passed" in tests.stdout and "failed" not in tests.stdout and "skipped" not in tests.stdout
+    # The plan holds both operators now: the project's own estimate sizes the chain.
+    estimate = run_in(project, "-m", "stream_job", "estimate", "--json")
+    assert json.loads(estimate.stdout)["operator"] == "deduplication -> windowed_aggregation"
+
+
+def test_the_installed_console_script_runs_the_command_line(out, tmp_path):
+    project = bake(out)
+    # A virtual environment of its own that sees this one's packages (pyspark, pydantic) through a .pth
+    # file; pip builds the project's wheel and installs it and its console script there.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    (site_packages,) = venv.glob("lib/python*/site-packages")
+    (site_packages / "outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    install = [str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(project)]
+    installed = subprocess.run(install, capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr
+    script = venv / "bin" / "stream-job"
+    usage = subprocess.run([str(script), "--help"], capture_output=True, text=True, cwd=project)
+    assert usage.returncode == 0, usage.stderr
+    assert "estimate" in usage.stdout and "repartition" in usage.stdout
+    # A command that reads settings.yaml where it runs, without starting Spark.
+    check = subprocess.run([str(script), "check"], capture_output=True, text=True, cwd=project)
+    assert (check.returncode, check.stderr) == (0, "")
+    assert check.stdout.startswith("checkpoint: no checkpoint yet at ")

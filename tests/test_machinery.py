@@ -5,7 +5,8 @@ checkpoints, disk errors, the guard, the state key, inspect, bench, calibration,
 soak, the standalone cluster, the bad-settings table, ...). They need a real project around them:
 each run copies them into a fresh bake and runs them there, on that bake's example query. The
 machinery is byte for byte the same in every bake (tests/test_bake.py proves it), so a test that
-does not depend on the operator runs once, in the default bake; a test marked `operator` runs in
+does not depend on the operator runs once, in the default bake (the chains of test_chains.py, marker
+`chains`, in a second default bake, so that they run beside the rest); a test marked `operator` runs in
 the bake of every operator (a parametrized one may mark only some cases: inspect in a fresh process
 per operator on RocksDB, on HDFS in the default bake only; bench in the default bake and in
 custom_state's, which runs on RocksDB alone); the standalone cluster test (marker `cluster`) runs in the join bake,
@@ -34,8 +35,14 @@ PROOFS = Path(__file__).resolve().parent / "machinery"
 LEFT_OUT = "" if os.environ.get("TEST_ALL") else " and not secondary and not soak"
 BAKES = [
     pytest.param(
-        {}, "not cluster" + LEFT_OUT, marks=DEFAULT_BAKE, id="windowed_aggregation:everything-but-the-cluster"
+        {},
+        "not cluster and not chains" + LEFT_OUT,
+        marks=DEFAULT_BAKE,
+        id="windowed_aggregation:everything-but-the-cluster-and-the-chains",
     ),
+    # The chains of tests/machinery/test_chains.py in a default bake of their own, which xdist runs
+    # beside the two long groups (the custom_state chain runs in that bake: it needs its processor).
+    pytest.param({}, "chains and not operator" + LEFT_OUT, id="windowed_aggregation:chains"),
     pytest.param(
         {"stateful_operator": "deduplication"}, "operator" + LEFT_OUT, marks=OPERATOR_BAKES, id="deduplication:operator"
     ),

@@ -161,8 +161,8 @@ def test_prompts_answered_in_a_terminal_are_checked_the_same_way(out):
 def test_each_operator_specific_prompt_names_its_operator():
     prompts = json.loads((TEMPLATE / "cookiecutter.json").read_text())["__prompts__"]
     operators = {
-        "window": ["windowed_aggregation"],
-        "key_cardinality": ["windowed_aggregation", "custom_state"],
+        "window": ["windowed_aggregation", "deduplicated_count"],
+        "key_cardinality": ["windowed_aggregation", "deduplicated_count", "custom_state"],
         "join_input_rows_per_second": ["stream_stream_join"],
         "join_range": ["stream_stream_join"],
         "session_timeout": ["custom_state"],

@@ -24,8 +24,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from stream_job.machinery.durations import parse_duration
 from stream_job.machinery.endpoints.sample_input import write_sample_files
-from stream_job.machinery.runtime.job import apply_operator
 from stream_job.machinery.settings import ENV_PREFIX, Settings, load_settings
+from stream_job.machinery.testing import run_batch
 from stream_job.machinery.tools import local_kafka
 from stream_job.query import EVENT_SCHEMA, OPERATOR
 
@@ -40,11 +40,12 @@ def run_python(
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def start_job(settings_path: Path | str, log: TextIO) -> subprocess.Popen:
-    """`python main.py --settings PATH` started as a separate process, its output into log."""
+def start_job(settings_path: Path | str, log: TextIO, cwd: Path = PROJECT_DIR) -> subprocess.Popen:
+    """`python main.py --settings PATH` started as a separate process (in cwd, such as a project_copy),
+    its output into log."""
     return subprocess.Popen(
         [sys.executable, "main.py", "--settings", str(settings_path)],
-        cwd=PROJECT_DIR,
+        cwd=cwd,
         stdout=log,
         stderr=log,
         env=clean_env(),
@@ -66,6 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "cluster: starts a Spark standalone cluster (a master and two workers) on 127.0.0.1",
         "kafka: reads a real Kafka broker on 127.0.0.1 (the project's local one, from Maven Central)",
         "delta_spark: needs Delta Lake's JVM build for the installed Spark (there is none for Spark 4.3)",
+        "chains: queries of several stateful operators written into a copy of the project (test_chains.py)",
     ):
         config.addinivalue_line("markers", marker)
 
@@ -267,7 +269,7 @@ def batch_expectation(spark: SparkSession, settings: Settings) -> DataFrame:
     if query.operator == "custom_state":
         return session_expectation(spark, events, settings)
     join_events = None if settings.join_source is None else read_events_batch(spark, settings.join_source.files.path)
-    result = apply_operator(events, query, join_events)
+    result = run_batch(spark, events, join_events, query=query)
     if query.operator == "windowed_aggregation":
         return result.where(F.col("window_end") <= watermark)
     if query.operator == "stream_stream_join" and query.join.type == "left_outer":

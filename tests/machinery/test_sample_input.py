@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from stream_job.machinery.endpoints.sample_input import write_sample_files
 
-from .conftest import BAKED_OPERATOR, operator_changes, run_python
+from .conftest import BAKED_OPERATOR, clean_env, operator_changes, project_copy, run_python
 
 
 def test_files_hold_ordered_events_and_arrive_in_order(tmp_path):
@@ -117,3 +117,36 @@ def test_sample_input_command_writes_sessions_for_custom_state(write_settings, t
     events = [json.loads(line) for line in (tmp_path / "landing" / "events-00000.json").read_text().splitlines()]
     assert [event["key"] for event in events[8:12]] == ["key-0", "key-0", "key-1", "key-1"]
     assert (events[1]["event_time"][11:19], events[-1]["event_time"][11:19]) == ("00:00:03", "00:01:57")
+
+
+# A query module that keeps only what the contract requires: EVENT_SCHEMA and stateful_query (and Params).
+SCHEMA_ONLY = "\n\ndel OPERATOR, events_from_rate, sample_event\n"
+
+
+@pytest.mark.streaming
+def test_without_sample_event_and_events_from_rate_events_are_made_from_the_schema(write_settings, tmp_path):
+    project = project_copy(tmp_path, {"\n\ndef _iso(": f"{SCHEMA_ONLY}\n\ndef _iso("})
+    landing = tmp_path / "landing"
+    path = write_settings({"source": {"files": {"path": str(landing)}}, "query": {"watermark": "5 minutes"}})
+    result = run_python(
+        "-m", "stream_job", "sample-input", "--settings", str(path), "--files", "1", "--events-per-file", "2",
+        "--keys", "3", env=clean_env(), cwd=project,
+    )  # fmt: skip
+    assert (result.returncode, result.stderr) == (0, "")
+    assert [json.loads(line) for line in (landing / "events-00000.json").read_text().splitlines()] == [
+        {"event_id": "evt-0", "key": "key-0", "event_time": "2026-01-01T00:00:00.000000Z"},
+        {"event_id": "evt-1", "key": "key-1", "event_time": "2026-01-01T00:02:30.000000Z"},
+    ]
+    # The rate source makes its events from the schema too: a run of two batches writes its counts.
+    rate = {"type": "rate", "rate": {"rows_per_batch": 100, "advance_per_batch": "5 minutes", "keys": 3}}
+    changes = {
+        "source": rate,
+        "sink": {"type": "parquet", "path": str(tmp_path / "output")},
+        "query": {"checkpoint_location": str(tmp_path / "checkpoint"), "trigger": "1 second"},
+    }
+    run = run_python(
+        "main.py", "--settings", str(write_settings(changes, name="rate.yaml")), "--max-batches", "3",
+        env=clean_env(), cwd=project,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "batch 2: 100 input rows" in run.stdout

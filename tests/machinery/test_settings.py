@@ -172,8 +172,9 @@ OPERATOR_BAD_VALUES = [
     (
         "windowed_aggregation",
         {"query": {"operator": "deduplication"}},
-        "settings.yaml key query.operator: the operator is set by the code, OPERATOR = 'windowed_aggregation' in"
-        " stream_job.query; remove it here (to run another operator, change the query and start a new checkpoint)",
+        "settings.yaml key query.operator: the query's stateful operators are set by the code (stream_job.query),"
+        " and read from its plan; remove it here (to run other operators, change the query and start a new"
+        " checkpoint)",
     ),
     (
         "windowed_aggregation",
@@ -219,6 +220,11 @@ OPERATOR_BAD_VALUES = [
 ]
 # Environment overrides: malformed values, and names that match no setting.
 BAD_ENVIRONMENT = [
+    (
+        {"QUERY__PARAMS__IGNORED_KEYS": "key-0"},
+        "query.params: ignored_keys = 'key-0': Input should be a valid list"
+        f" (from environment variable {ENV_PREFIX}QUERY__PARAMS__IGNORED_KEYS)",
+    ),
     (
         {"SPARK__SHUFFLE_PARTITIONS": "-1"},
         "spark.shuffle_partitions = '-1': Input should be greater than 0"
@@ -278,7 +284,7 @@ def test_the_operator_cannot_be_overridden_from_the_environment(write_settings, 
     checkpoint = tmp_path / "checkpoint"
     path = write_settings({"query": {"checkpoint_location": str(checkpoint)}})
     env = {f"{ENV_PREFIX}QUERY__OPERATOR": "deduplication"}
-    expected = f"environment variable {ENV_PREFIX}QUERY__OPERATOR: the operator is set by the code"
+    expected = f"environment variable {ENV_PREFIX}QUERY__OPERATOR: the query's stateful operators are set by the code"
     assert_refused_before_spark(run_main_without_java(path, tmp_path, env), expected, checkpoint)
 
 
@@ -288,6 +294,16 @@ def test_bad_environment_override_exits_2_naming_the_variable(write_settings, tm
     path = write_settings({"query": {"checkpoint_location": str(checkpoint)}})
     env = {f"{ENV_PREFIX}{name}": value for name, value in variables.items()}
     assert_refused_before_spark(run_main_without_java(path, tmp_path, env), expected, checkpoint)
+
+
+def test_the_querys_own_parameters_are_checked_by_its_params_model(make_settings, monkeypatch):
+    assert make_settings().query.params.ignored_keys == []
+    assert make_settings({"query": {"params": {"ignored_keys": ["key-1"]}}}).query.params.ignored_keys == ["key-1"]
+    monkeypatch.setenv(f"{ENV_PREFIX}QUERY__PARAMS__IGNORED_KEYS", '["key-0", "key-2"]')  # JSON, as for a list
+    assert make_settings().query.params.ignored_keys == ["key-0", "key-2"]
+    monkeypatch.delenv(f"{ENV_PREFIX}QUERY__PARAMS__IGNORED_KEYS")
+    (line,) = errors_for(make_settings, {"query": {"params": {"threshold": 3}}})
+    assert line.startswith("query.params: threshold is not a field of Params in stream_job.query (in ")
 
 
 def test_checks_across_keys_name_the_section_not_its_whole_content(make_settings):

@@ -1,16 +1,19 @@
 {%- set op = cookiecutter.stateful_operator -%}
-"""Your query: the events it reads, the stateful step it runs, and how a sample event looks.
+"""Your query: the events it reads, the stateful steps it runs, and how a sample event looks.
 
-This module is yours to edit. The machinery (the `machinery` folder beside it) calls exactly the
-names listed in machinery/contract.py: OPERATOR, EVENT_SCHEMA, events_from_rate, stateful_query and
-sample_event. Keep the functions pure DataFrame -> DataFrame: the same code runs on the stream in the
-job and on batch data in tests/test_query.py.
+This module is yours to edit, and the query may hold any stateful operators Spark allows, chained:
+the machinery (the `machinery` folder beside it) reads them from the plan of what stateful_query
+returns, and sizes, guards and inspects each. It calls exactly the names listed in
+machinery/contract.py: EVENT_SCHEMA and stateful_query, and where defined OPERATOR,
+events_from_rate and sample_event. Keep the functions pure DataFrame -> DataFrame: the same code
+runs on the stream in the job and on batch data in tests/test_query.py.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime{{ ", timedelta" if op == "stream_stream_join" else "" }}
 
+from pydantic import BaseModel, ConfigDict
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
@@ -20,9 +23,12 @@ from .machinery.durations import parse_duration
 {% endif -%}
 from .machinery.settings import QuerySettings
 
-# The stateful operator this query runs. It shapes the state in the checkpoint: the sizing, the
-# guard and the samples follow it, and changing it needs a new checkpoint.
+{% if op != "deduplicated_count" -%}
+# The starter this project was generated with. Only the sample input follows it: the sizing, the
+# guard and the tools follow the operators of the query below, read from Spark's plan.
 OPERATOR = "{{ op }}"
+
+{% endif -%}
 
 # The events, declared once: the files and Kafka sources parse with it and never infer it, so that a
 # stray file with an extra or renamed field cannot change the query's columns under a checkpoint.
@@ -36,6 +42,21 @@ EVENT_SCHEMA = StructType(
 EVENT_COLUMNS = tuple(EVENT_SCHEMA.fieldNames())
 
 
+class Params(BaseModel):
+    """The query's own parameters: query.params in settings.yaml, checked at start like every setting
+    and overridable the same way ({{ cookiecutter.package_name | upper }}_QUERY__PARAMS__IGNORED_KEYS='["key-0"]')."""
+
+    model_config = ConfigDict(extra="forbid")
+    # Events of these keys (test or internal traffic, say) are left out before any state is kept.
+    ignored_keys: list[str] = []
+
+
+def wanted(events: DataFrame, query: QuerySettings) -> DataFrame:
+    """The events the query counts: a stateless step before the stateful ones."""
+    return events.where(~F.col("key").isin(query.params.ignored_keys))
+{%- if op != "deduplicated_count" %}
+
+
 def events_from_rate(rate: DataFrame, keys: int) -> DataFrame:
     """Spark's rate source rows (timestamp, value) as events spread over `keys` distinct keys."""
     return rate.select(
@@ -43,14 +64,41 @@ def events_from_rate(rate: DataFrame, keys: int) -> DataFrame:
         F.format_string("key-%d", F.col("value") % keys).alias("key"),
         F.col("timestamp").alias("event_time"),
     )
+{%- endif %}
 {%- if op == "windowed_aggregation" %}
 
 
 def stateful_query(events: DataFrame, query: QuerySettings, join_events: DataFrame | None = None) -> DataFrame:
     """Events per key and tumbling window; a window's state is dropped once the watermark passes it."""
     return (
-        events.withWatermark("event_time", query.watermark)
+        wanted(events, query)
+        .withWatermark("event_time", query.watermark)
         .groupBy(F.window("event_time", query.window).alias("window"), "key")
+        .agg(F.count(F.lit(1)).alias("events"))
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "key",
+            "events",
+        )
+    )
+{%- elif op == "deduplicated_count" %}
+
+
+def stateful_query(events: DataFrame, query: QuerySettings, join_events: DataFrame | None = None) -> DataFrame:
+    """Each event_id counted once, per key and tumbling window: two stateful operators in a chain.
+
+    The first keeps each event id until the watermark passes its time plus the delay (a source that
+    delivers at least once repeats events); the second keeps a count per (key, window) until the
+    watermark passes the window's end, and writes it then.
+    """
+    unique = (
+        wanted(events, query)
+        .withWatermark("event_time", query.watermark)
+        .dropDuplicatesWithinWatermark(["event_id"])
+    )
+    return (
+        unique.groupBy(F.window("event_time", query.window).alias("window"), "key")
         .agg(F.count(F.lit(1)).alias("events"))
         .select(
             F.col("window.start").alias("window_start"),
@@ -69,9 +117,7 @@ def stateful_query(events: DataFrame, query: QuerySettings, join_events: DataFra
     it stays bounded. An event whose time plus the delay is already behind the watermark is dropped
     as too late: its id may have been evicted, so it could not be checked.
     """
-    if not events.isStreaming:  # Spark refuses the within-watermark form on batch data
-        return events.dropDuplicates(["event_id"]).select(*EVENT_COLUMNS)
-    watermarked = events.withWatermark("event_time", query.watermark)
+    watermarked = wanted(events, query).withWatermark("event_time", query.watermark)
     return watermarked.dropDuplicatesWithinWatermark(["event_id"]).select(*EVENT_COLUMNS)
 {%- elif op == "stream_stream_join" %}
 
@@ -86,7 +132,7 @@ def stateful_query(events: DataFrame, query: QuerySettings, join_events: DataFra
     if join_events is None:
         raise ValueError("stream_stream_join needs the events of join_source")
     span = timedelta(seconds=parse_duration(query.join.range))
-    left = events.withWatermark("event_time", query.watermark).select(*EVENT_COLUMNS)
+    left = wanted(events, query).withWatermark("event_time", query.watermark).select(*EVENT_COLUMNS)
     right = join_events.withWatermark("event_time", query.watermark).select(
         F.col("key").alias("join_key"),
         F.col("event_id").alias("join_event_id"),
@@ -108,8 +154,27 @@ def stateful_query(events: DataFrame, query: QuerySettings, join_events: DataFra
     from .sessions import sessions  # imports pandas only when the query is built
 
     custom = query.custom_state
-    return sessions(events, query.watermark, custom.session_timeout, custom.recent_events)
+    return sessions(wanted(events, query), query.watermark, custom.session_timeout, custom.recent_events)
 {%- endif %}
+
+{%- if op == "deduplicated_count" %}
+
+
+def sample_event(number: int, key: str, event_time: datetime, side: str = "left") -> dict[str, str] | None:
+    """Synthetic event `number` as JSON values (sample-input, calibration).
+
+    Every fourth event repeats the one before it (the same id, key and time), as a source that
+    delivers at least once sometimes does: the deduplication drops it, and the counts stay exact.
+    """
+    if number % 4 == 3 and _last_event.get("event_id") == f"evt-{number - 1}":
+        return dict(_last_event)
+    _last_event.clear()
+    _last_event.update({"event_id": f"evt-{number}", "key": key, "event_time": _iso(event_time)})
+    return dict(_last_event)
+
+
+_last_event: dict[str, str] = {}
+{%- else %}
 
 
 def sample_event(number: int, key: str, event_time: datetime, side: str = "left") -> dict[str, str] | None:
@@ -126,6 +191,7 @@ def sample_event(number: int, key: str, event_time: datetime, side: str = "left"
 {%- else %}"""
 {%- endif %}
     return {"event_id": f"evt-{number}", "key": key, "event_time": _iso(event_time)}
+{%- endif %}
 
 
 def _iso(moment: datetime) -> str:

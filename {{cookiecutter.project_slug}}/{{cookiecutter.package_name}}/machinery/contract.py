@@ -2,19 +2,28 @@
 
 The query module defines:
 
-    OPERATOR: str
-        the stateful operator the query runs, one of operators.NAMES; it decides how the state is
-        sized, guarded and sampled (and it is pinned into the checkpoint by the state it shapes)
     EVENT_SCHEMA: StructType
         the events every source is parsed into (files, Kafka JSON values)
-    events_from_rate(rate: DataFrame, keys: int) -> DataFrame
-        Spark's rate source rows (timestamp, value) as events over `keys` distinct keys (demo, bench)
     stateful_query(events: DataFrame, query: QuerySettings, join_events: DataFrame | None) -> DataFrame
         events in, output rows out: on a stream in the job, on batch data in tests; join_events is
-        the second input of a stream_stream_join, None otherwise
+        the second input (join_source) when the settings have one, None otherwise. Any number of
+        stateful operators, chained as Spark allows: the machinery reads them from the plan of the
+        DataFrame it returns (runtime/query_plan.py) to size, guard and inspect the state.
+
+and may define:
+
+    OPERATOR: str
+        a starter's label, one of operators.NAMES: what the project was generated with. It shapes
+        the sample input; where the plan holds other operators, the plan wins and the job says so
+    events_from_rate(rate: DataFrame, keys: int) -> DataFrame
+        Spark's rate source rows (timestamp, value) as events over `keys` distinct keys (demo, bench)
     sample_event(number: int, key: str, event_time: datetime, side: str) -> dict[str, str] | None
         one synthetic event as JSON values, for sample-input and calibration; side is "left", or
         "right" for the second input of a join (None: this number has no such event)
+    Params: type[pydantic.BaseModel]
+        the query's own business parameters (a threshold, a list of codes): settings.yaml's
+        query.params is checked against it like every setting, and stateful_query reads the result
+        as query.params
 
 Nothing else of the query module is read, and the machinery never names its columns.
 """
@@ -29,7 +38,7 @@ from .operators import NAMES
 
 PACKAGE = __name__.split(".")[0]
 QUERY_MODULE = f"{PACKAGE}.query"
-REQUIRED = ("OPERATOR", "EVENT_SCHEMA", "events_from_rate", "stateful_query", "sample_event")
+REQUIRED = ("EVENT_SCHEMA", "stateful_query")
 
 
 class ContractError(Exception):
@@ -46,10 +55,13 @@ def user_query() -> ModuleType:
             f"{QUERY_MODULE} lacks {', '.join(missing)}: the machinery needs each of {', '.join(REQUIRED)}"
             f" (see {__name__})"
         )
-    if module.OPERATOR not in NAMES:
-        raise ContractError(f"{QUERY_MODULE}.OPERATOR is {module.OPERATOR!r}; use one of {', '.join(NAMES)}")
+    label = getattr(module, "OPERATOR", None)
+    if label is not None and label not in NAMES:
+        raise ContractError(f"{QUERY_MODULE}.OPERATOR is {label!r}; use one of {', '.join(NAMES)}, or remove it")
     return module
 
 
-def operator_name() -> str:
-    return str(user_query().OPERATOR)
+def operator_name() -> str | None:
+    """The starter's label, OPERATOR, if the query module keeps one."""
+    label = getattr(user_query(), "OPERATOR", None)
+    return None if label is None else str(label)

@@ -21,7 +21,9 @@ from .figures import num, require_positive
 Rows = tuple[int, str]
 
 
-def _aggregation_rows(rate: float, watermark_s: float, window: str, key_cardinality: int | None) -> Rows:
+def _aggregation_rows(
+    rate: float, watermark_s: float, window: str, key_cardinality: int | None, upstream_window: str | None = None
+) -> Rows:
     # A window's state lives until the watermark passes its end: the window holding the newest
     # event plus those ending within the watermark delay before it.
     window_s = named_duration("window", window)
@@ -33,11 +35,30 @@ def _aggregation_rows(rate: float, watermark_s: float, window: str, key_cardinal
         require_positive("key_cardinality", key_cardinality)
         keys = min(int(key_cardinality), events_per_window)
         why = f"min({num(key_cardinality)} keys, {num(events_per_window)} events per window)"
+    if upstream_window is not None:
+        # Fed by a windowed aggregation: a window's rows come as the windows before it close, the first
+        # one of them after it opens, and it closes with the last: it is open that share of the time.
+        share = max(0.0, 1 - named_duration("upstream window", upstream_window) / window_s)
+        rows = round(share * keys)
+        return rows, (
+            f"fed by {upstream_window} windows, a window of {window} is open {share:.2f} of the time"
+            f" x {num(keys)} keys per window ({why}) = {num(rows)} rows"
+        )
     rows = open_windows * keys
     return rows, (
         f"{open_windows} open windows (watermark / window {window}, rounded up, + 1)"
         f" x {num(keys)} keys per window ({why}) = {num(rows)} rows"
     )
+
+
+def _no_delay(**_inputs: object) -> float:
+    return 0.0
+
+
+def _join_delay(join_range: str = "15 minutes", trigger: str = "10 seconds", **_: object) -> float:
+    # A match can come the range after its left row, and both sides lag two batches (see _join_rows):
+    # an operator after the join gets rows that much behind the watermark, and keeps state that much longer.
+    return named_duration("join_range", join_range) + 2 * batch_seconds(trigger)
 
 
 def batch_seconds(trigger: str) -> float:
@@ -124,6 +145,9 @@ class Operator:
     # The rows per second it passes on to a stateful operator after it, from the rate into it and its
     # sizing inputs: the next operator's input rate unless capacity.operators sets one.
     output_rate: Callable[..., float]
+    # How far behind the watermark, in event time, its output comes (from its sizing inputs): an
+    # operator after it keeps its state that much longer.
+    output_delay: Callable[..., float] = _no_delay
     # How long a state row stays (inspect --key says it for a key it finds or misses).
     held_until: str = ""
     # Why it runs on RocksDB only, or None when both stores can hold its state.
@@ -190,6 +214,7 @@ OPERATORS: dict[str, Operator] = {
             name="stream_stream_join",
             plan_node="Join",
             output_rate=_same_rate,
+            output_delay=_join_delay,
             formula=(
                 "each side keeps its rows until no row of the other side can match them:"
                 " rows = left rate x (watermark + range + 2 batches) + right rate x (watermark + 2 batches)"
@@ -237,6 +262,11 @@ OPERATORS: dict[str, Operator] = {
     )
 }
 NAMES = tuple(OPERATORS)
+# The starters a project can be generated with: each one's stateful operators, in the order events
+# reach them (the bake sizes them; the job reads them from the query's plan).
+STARTERS: dict[str, tuple[str, ...]] = {name: (name,) for name in NAMES} | {
+    "deduplicated_count": ("deduplication", "windowed_aggregation"),
+}
 
 
 def operator(name: str) -> Operator:

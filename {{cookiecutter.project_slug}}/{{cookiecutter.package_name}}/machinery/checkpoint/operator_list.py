@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from ..operators import BY_SPARK_NAME
-from ..runtime.query_plan import OTHER_STATEFUL, PlanOperator, chain, flow_order
+from ..plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
 from .guard import local_checkpoint, stateful_operators
 
 _BY_SPARK_NAME = BY_SPARK_NAME | {spark: node for node, spark in OTHER_STATEFUL.items()}

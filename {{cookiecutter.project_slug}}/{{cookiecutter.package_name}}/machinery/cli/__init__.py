@@ -23,7 +23,6 @@ from ..endpoints.delta_writer import MissingPackageError
 from ..runtime.connectors import ConnectorError
 from ..runtime.java import JavaError
 from ..settings import SettingsError
-from ..tools.local_kafka import LocalKafkaError
 from . import bench, checkpoint, config, data, estimate, kafka, package, repartition, run
 from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_MISSING_DEPENDENCY
 
@@ -32,7 +31,6 @@ COMMAND_MODULES = (run, estimate, package, checkpoint, repartition, bench, confi
 MISSING_DEPENDENCY_PREFIXES = {
     JavaError: "java error",
     ConnectorError: "connector error",
-    LocalKafkaError: "kafka error",
     MissingPackageError: "package error",
 }
 # Refusals that leave the checkpoint as it was.
@@ -62,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in error.lines:
             print(f"settings error: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (JavaError, ConnectorError, MissingPackageError, LocalKafkaError) as error:
+    except (JavaError, ConnectorError, MissingPackageError) as error:
         print(f"{MISSING_DEPENDENCY_PREFIXES[type(error)]}: {error}", file=sys.stderr)
         return EXIT_MISSING_DEPENDENCY
     except (CheckpointUnreadable, CheckpointBusy, OperatorsChanged, RepartitionRefused) as error:

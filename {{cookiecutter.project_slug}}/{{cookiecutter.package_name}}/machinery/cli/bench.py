@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..runtime.query_plan import checked_plan
 from ..settings import load_settings
 from .arguments import EXIT_BAD_INPUT, EXIT_QUERY_FAILED, add_settings_argument, positive_int
 
@@ -44,8 +45,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     settings = load_settings(args.settings)
     configurations = [name.strip() for name in args.providers.split(",") if name.strip()]
+    plan = checked_plan(settings)  # the input is shaped for the operator the events reach first
     try:
-        run_bench(args.settings, settings, args.keys, configurations, args.warmup, args.batches, args.out)
+        run_bench(args.settings, settings, plan, args.keys, configurations, args.warmup, args.batches, args.out)
     except BenchError as error:
         print(f"bench error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -65,7 +65,8 @@ def _plan_drift(settings: Settings) -> tuple[str | None, str]:
     plan in a local Spark session (nothing runs): the refusal a start would give, and the operators."""
     from ..checkpoint.operator_list import operators_drift
     from ..checkpoint.state_key import state_key_drift
-    from ..runtime.query_plan import chain, flow_order, read_plan, stand_in_result
+    from ..plan_operators import chain, flow_order
+    from ..runtime.query_plan import read_plan, stand_in_result
     from ..runtime.session import local_session
 
     spark = local_session("check-plan", {})

@@ -10,14 +10,14 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from ..operators import NAMES
-from ..settings import Settings, SettingsError, load_settings
+from ..runtime.query_plan import checked_plan
+from ..settings import Settings, load_settings
 from ..sizing import capacity, partitions
 from ..sizing.cluster_sizing import DEFAULT_EXECUTOR_MEMORY, ClusterSizing, cluster_report, size_cluster
 from ..sizing.partitions import PartitionAdvice
 from .arguments import EXIT_BAD_INPUT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
 
 if TYPE_CHECKING:
-    from ..runtime.query_plan import PlanOperator
     from ..sizing.calibration import Calibration
 
 # estimate flag -> the keyword of capacity.estimate (and of Settings.sizing) whose settings value it replaces.
@@ -104,9 +104,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     calibration = None
     if args.calibrate:
         assert settings is not None  # needs_settings
-        if args.operator not in (None, settings.query.operator):
+        if args.operator is not None:
             print(
-                f"estimate error: --calibrate measures the query of the settings ({settings.query.operator});"
+                f"estimate error: --calibrate measures the query of the settings (the operators of its plan);"
                 f" drop --operator {args.operator}",
                 file=sys.stderr,
             )
@@ -121,7 +121,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         overrides.update(measured_on=calibration.provider, measured_bytes_per_row=calibration.bytes_per_row)
     overrides["bytes_per_row_source"] = _bytes_source(args, calibration)
     # The operators of the query's plan, unless --operator asks about one operator alone.
-    plan = None if settings is None or args.operator is not None else query_plan_of(settings)
+    plan = None if settings is None or args.operator is not None else checked_plan(settings)
     try:
         # Settings.sizing maps the settings to the estimate's inputs; the flags given replace theirs.
         sizing = capacity.estimate(**overrides) if settings is None else settings.sizing(plan, **overrides)
@@ -156,22 +156,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print(capacity.report(sizing, partition_lines=partitions.describe(advice, sizing.shuffle_partitions, sizing)))
         print(cluster_report(cluster) if cluster else CLUSTER_HINT)
     return 0
-
-
-def query_plan_of(settings: Settings) -> list[PlanOperator]:
-    """The stateful operators of the project's query, read from its plan in a local session (nothing runs)."""
-    from ..runtime.query_plan import planned_operators
-    from ..runtime.session import local_session
-
-    spark = local_session("estimate-plan", {})
-    try:
-        plan = planned_operators(spark, settings)
-    finally:
-        spark.stop()
-    problems = settings.plan_problems(plan)
-    if problems:
-        raise SettingsError(problems)
-    return plan
 
 
 def partition_advice(settings: Settings | None, sizing: capacity.Estimate, max_cores: int | None) -> PartitionAdvice:
@@ -251,7 +235,7 @@ def run_calibration(settings: Settings, events_per_file: int) -> Calibration:
     from ..sizing.calibration import calibrate
 
     print(
-        f"calibrating: running {settings.query.operator} on {settings.state_store.provider} with sample files",
+        f"calibrating: running the query on {settings.state_store.provider} with sample files",
         file=sys.stderr,
     )
     spark = local_session("calibrate-state", {})

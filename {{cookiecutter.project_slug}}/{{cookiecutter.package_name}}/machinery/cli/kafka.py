@@ -4,13 +4,30 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from ..settings import ENV_PREFIX, Settings, load_settings
-from .arguments import EXIT_BAD_INPUT, add_settings_argument, non_negative_int, positive_int
+from .arguments import EXIT_BAD_INPUT, EXIT_MISSING_DEPENDENCY, add_settings_argument, non_negative_int, positive_int
 
 DEFAULT_DIR = Path("local-kafka")
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
+
+
+def _saying_kafka_errors(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """The handler, with the local broker's failures said in one line (exit 3). A development tool:
+    the package zipped for a cluster leaves tools/local_kafka.py out, so it is imported here, late."""
+
+    def handle(args: argparse.Namespace) -> int:
+        from ..tools.local_kafka import LocalKafkaError
+
+        try:
+            return handler(args)
+        except LocalKafkaError as error:
+            print(f"kafka error: {error}", file=sys.stderr)
+            return EXIT_MISSING_DEPENDENCY
+
+    return handle
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -23,11 +40,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--port", type=non_negative_int, help="(default: the port of source.kafka.bootstrap_servers; 0: a free one)"
     )
-    up.set_defaults(handler=cmd_up)
+    up.set_defaults(handler=_saying_kafka_errors(cmd_up))
 
     down = actions.add_parser("down", help="stop the local broker (its topics stay for the next up)")
     down.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="(default: %(default)s)")
-    down.set_defaults(handler=cmd_down)
+    down.set_defaults(handler=_saying_kafka_errors(cmd_down))
 
     feed = actions.add_parser(
         "feed",
@@ -38,7 +55,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     feed.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="the running broker (default: %(default)s)")
     feed.add_argument("--files", type=positive_int, default=6, help="files to add (default: %(default)s)")
     feed.add_argument("--events-per-file", type=positive_int, default=1000, help="(default: %(default)s)")
-    feed.set_defaults(handler=cmd_feed)
+    feed.set_defaults(handler=_saying_kafka_errors(cmd_feed))
 
 
 def cmd_up(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from typing import TextIO
 
 from ..checkpoint.guard import RESTORE_OR_RESTART, GuardReport, check_checkpoint, empty_state_files
 from ..checkpoint.run_lock import holding
-from ..contract import PACKAGE
+from ..contract import PACKAGE, QUERY_MODULE
 from ..endpoints.delta_writer import require_deltalake
 from ..settings import Settings, SettingsError, load_settings, nearest_existing_folder
 from ..sizing.partitions import TASKS_PER_CORE, for_cores, local_cores
@@ -59,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO) -> int:
-    from pyspark.errors import StreamingQueryException
+    from pyspark.errors import AnalysisException, StreamingQueryException
 
     from ..checkpoint.state_key import StateKeyChanged
     from ..endpoints.kafka_check import KafkaSourceError, check_kafka_inputs, require_brokers
@@ -80,6 +80,13 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO) -> in
         return EXIT_CHECKPOINT_DRIFT
     except KafkaSourceError as error:
         print(f"source error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except AnalysisException as error:  # the query as written: a chain Spark does not run, a column it lacks
+        print(
+            f"query error: Spark refuses the query of {QUERY_MODULE}: {first_line(str(error))}; change the query"
+            " (no batch ran)",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     except StreamingQueryException as error:
         print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)

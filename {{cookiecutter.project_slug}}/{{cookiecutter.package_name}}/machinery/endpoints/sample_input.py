@@ -13,15 +13,19 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 from ..contract import user_query
 from ..durations import parse_duration
 from ..operators import OPERATORS
 from ..settings import Settings
+from .schema_events import schema_event
 
 FILE_PATTERN = re.compile(r"^events-(\d{5})\.json$")
 START = datetime(2026, 1, 1, tzinfo=UTC)
+# Distinct keys of the sample events, unless the starter's operator asks for others.
+DEFAULT_KEYS = 100
 # More keys than sample events: every event is its own key (a join's payment matches one order).
 UNIQUE_KEYS = 10**9
 # Payments a quarter, three quarters and one and a half join ranges after their orders: two of
@@ -59,7 +63,9 @@ def sample_events(
 ) -> list[dict[str, str]]:
     """The events of file `index`, made by the query module's sample_event; with delays, the right side
     of a join (each left event's match, that many after it, in turn)."""
-    sample_event = user_query().sample_event
+    query = user_query()
+    schema = query.EVENT_SCHEMA
+    sample_event = getattr(query, "sample_event", None) or partial(schema_event, schema)
     events = []
     for number, key, moment in sample_moments(index, events_per_file, keys, advance_per_file, run_length, start):
         if delays is None:
@@ -130,17 +136,19 @@ def write_for_settings(
     session timeout, so sessions end); 100 keys (the join: one per order); runs of 10 events per
     key for custom_state, making sessions.
     """
-    op = OPERATORS[settings.query.operator]
+    label = settings.query.operator  # the starter's; without one, a shape that suits most chains
+    op = None if label is None else OPERATORS[label]
     if advance is None:
         advance = settings.query.watermark
-        if op.sample_spans_lifetime:
+        if op is not None and op.sample_spans_lifetime:
             advance = f"{2 * parse_duration(settings.query.state_span() or settings.query.watermark)} seconds"
+    default_keys = DEFAULT_KEYS if settings.join_source is None else None
     shape = SampleShape(
         files,
         events_per_file,
-        keys or op.sample_keys or UNIQUE_KEYS,
+        keys or (default_keys if op is None else op.sample_keys) or UNIQUE_KEYS,
         timedelta(seconds=parse_duration(advance)),
-        run_length or op.sample_run_length,
+        run_length or (1 if op is None else op.sample_run_length),
     )
     fields = (shape.files, shape.events_per_file, shape.keys, shape.advance_per_file, shape.run_length)
     write_sample_files(settings.source.files.path, *fields)

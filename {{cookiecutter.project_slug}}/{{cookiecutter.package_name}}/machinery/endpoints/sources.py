@@ -14,6 +14,7 @@ from pyspark.sql.types import StructType
 from ..contract import user_query
 from ..durations import parse_duration
 from ..settings import FilesSourceSettings, KafkaSourceSettings, RateSourceSettings, SourceSettings
+from .schema_events import schema_events_from_rate
 
 JAAS_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -43,7 +44,10 @@ def read_rate(spark: SparkSession, rate: RateSourceSettings) -> DataFrame:
         reader = spark.readStream.format("rate").option("rowsPerSecond", rate.rows_per_second)
     if rate.num_partitions is not None:
         reader = reader.option("numPartitions", rate.num_partitions)
-    return user_query().events_from_rate(reader.load(), rate.keys)
+    query = user_query()
+    if hasattr(query, "events_from_rate"):
+        return query.events_from_rate(reader.load(), rate.keys)
+    return schema_events_from_rate(query.EVENT_SCHEMA, reader.load(), rate.keys)
 
 
 def files_options(files: FilesSourceSettings) -> dict[str, str]:

@@ -19,10 +19,11 @@ from ..checkpoint.state_key import check_state_key
 from ..contract import QUERY_MODULE, user_query
 from ..endpoints.sinks import start_query
 from ..endpoints.sources import read_events
-from ..settings import QuerySettings, Settings, SettingsError
+from ..plan_operators import PlanOperator, chain, flow_order
+from ..settings import Settings, SettingsError
 from ..text import first_line
 from .progress import ProgressPrinter
-from .query_plan import PlanOperator, chain, flow_order, read_plan
+from .query_plan import read_plan
 from .watchdog import StateWatchdog
 
 POLL_SECONDS = 0.2
@@ -34,12 +35,7 @@ def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
     """The whole query as a DataFrame: the source (and join_source for a join), then the stateful transform."""
     events = read_events(spark, settings.source)
     join_events = None if settings.join_source is None else read_events(spark, settings.join_source)
-    return apply_operator(events, settings.query, join_events)
-
-
-def apply_operator(events: DataFrame, query: QuerySettings, join_events: DataFrame | None = None) -> DataFrame:
-    """The query module's stateful query on a stream (or, in tests, on batch data) of events."""
-    return user_query().stateful_query(events, query, join_events)
+    return user_query().stateful_query(events, settings.query, join_events)
 
 
 def follow_plan(result: DataFrame, settings: Settings, remarks_to: TextIO) -> list[PlanOperator]:
@@ -55,7 +51,7 @@ def follow_plan(result: DataFrame, settings: Settings, remarks_to: TextIO) -> li
     if note:
         print(f"checkpoint: {note}", file=remarks_to, flush=True)
     kinds = [operator.kind for operator in flow_order(plan)]
-    if kinds != [settings.query.operator]:
+    if settings.query.operator is not None and kinds != [settings.query.operator]:
         print(
             f"query: the plan runs {chain(kinds)}; {QUERY_MODULE}.OPERATOR ({settings.query.operator}) only shapes"
             " the sample input: the sizing, the guard and the tools follow the plan",

@@ -5,39 +5,27 @@ stream, DeduplicateWithinWatermark, a Join of two streams, TransformWithStateInP
 sizing, the guard and the tools follow this list, so a query edited into a chain (deduplicate, then
 count) is sized, guarded and inspected as the chain it is. Spark numbers the operators of a query
 from the sink back (operator 0 is the last before the sink), in the order a pre-order walk of the
-plan meets them; the list here keeps that order, and `flow_order` turns it the way events flow.
+plan meets them; the list here keeps that order, and plan_operators.flow_order turns it the way
+events flow.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..contract import user_query
-from ..operators import BY_PLAN_NODE, OPERATORS
+from ..operators import BY_PLAN_NODE
+from ..plan_operators import OTHER_STATEFUL, PlanOperator
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import DataFrame, SparkSession
 
     from ..settings import Settings
 
-# Stateful nodes of Spark's plan that no sizing rule here covers: found, guarded, listed, not sized.
-OTHER_STATEFUL = {
-    "Deduplicate": "dedupe",
-    "FlatMapGroupsWithState": "flatMapGroupsWithState",
-    "FlatMapGroupsInPandasWithState": "applyInPandasWithState",
-    "TransformWithState": "transformWithStateExec",
-}
-# How the state key record words each kind of operator's key.
-KEY_WORDS = {
-    "Aggregate": "aggregation by",
-    "Deduplicate": "deduplication by",
-    "DeduplicateWithinWatermark": "deduplication by",
-    "Join": "join on",
-}
 _WATERMARK_LINE = re.compile(r"EventTimeWatermark [^,]+, [^,]+, (.+)$")
 
 
@@ -73,47 +61,6 @@ def _tree(nodes: list[dict[str, Any]]) -> _Node:
     return take()
 
 
-@dataclass(frozen=True)
-class PlanOperator:
-    """One stateful operator of the plan: what the machinery needs to size, guard and inspect it."""
-
-    operator_id: int
-    # A name of operators.py, or Spark's plan node for an operator the machinery has no sizing rule for.
-    kind: str
-    # The plan node (Aggregate, DeduplicateWithinWatermark, Join, ...).
-    node: str
-    # The columns that key its state, with their types ("window struct<...>, key string").
-    keys: str
-    # The longest watermark delay among its inputs ("10 minutes"), None without one.
-    watermark: str | None
-    # A windowed aggregation's window length, a join's time range ("15 minutes"), as the plan has them.
-    window: str | None = None
-    join_range: str | None = None
-    # The operator id of the stateful operator whose output feeds it, if any (a join: its left input's).
-    upstream: int | None = None
-
-    @property
-    def known(self) -> bool:
-        return self.kind in OPERATORS
-
-    @property
-    def spark_name(self) -> str:
-        """The name Spark writes into the state metadata."""
-        return OPERATORS[self.kind].spark_name if self.known else OTHER_STATEFUL.get(self.kind, self.kind)
-
-    @property
-    def key_line(self) -> str:
-        """Its state key in the words of the checkpoint's state key record (checkpoint/state_key.py)."""
-        lead = KEY_WORDS.get(self.node, f"{self.node} by")
-        return f"{lead} {self.keys}"
-
-    def describe(self) -> str:
-        extra = [f"window {self.window}"] if self.window else []
-        extra += [f"range {self.join_range}"] if self.join_range else []
-        extra += [f"watermark {self.watermark}"] if self.watermark else []
-        return f"{self.kind} by {self.keys}" + (f" ({', '.join(extra)})" if extra else "")
-
-
 def read_plan(result: DataFrame) -> list[PlanOperator]:
     """The stateful operators of a streaming DataFrame, by Spark's operator id."""
     analyzed = result._jdf.queryExecution().analyzed()
@@ -136,19 +83,10 @@ def read_plan(result: DataFrame) -> list[PlanOperator]:
                 window=_window(node),
                 join_range=_join_range(node),
                 upstream=below,
+                window_only=node.kind == "Aggregate" and all(map(_is_window, node.fields["groupingExpressions"])),
             )
         )
     return operators
-
-
-def flow_order(operators: Sequence[PlanOperator]) -> list[PlanOperator]:
-    """The operators in the order events reach them (Spark's ids count from the sink back)."""
-    return sorted(operators, key=lambda operator: -operator.operator_id)
-
-
-def chain(kinds: Sequence[str]) -> str:
-    """A list of operators as a user reads it: `deduplication -> windowed_aggregation`."""
-    return " -> ".join(kinds) if kinds else "no stateful operator"
 
 
 def _is_stateful(node: _Node) -> bool:
@@ -210,6 +148,12 @@ def _equalities(condition: list[dict[str, Any]]) -> str:
             if "name" in left and "name" in right:
                 found.append(f"{_describe(left)} = {_describe(right)}")
     return ", ".join(found) or "no column equality"
+
+
+def _is_window(expression: list[dict[str, Any]]) -> bool:
+    """A grouping column that is a time window: a struct of start and end."""
+    kind = expression[0].get("dataType")
+    return isinstance(kind, dict) and [field["name"] for field in kind.get("fields", [])] == ["start", "end"]
 
 
 def _expressions(node: _Node, name: str) -> list[_Node]:
@@ -279,3 +223,20 @@ def stand_in_result(spark: SparkSession, settings: Settings) -> DataFrame:
 def planned_operators(spark: SparkSession, settings: Settings) -> list[PlanOperator]:
     """The stateful operators of the project's query with these settings."""
     return read_plan(stand_in_result(spark, settings))
+
+
+def checked_plan(settings: Settings) -> list[PlanOperator]:
+    """The plan's operators, read in a local session of their own (nothing runs), and checked against
+    the settings (Settings.plan_problems): a SettingsError names what does not fit."""
+    from ..settings import SettingsError
+    from .session import local_session
+
+    spark = local_session("query-plan", {})
+    try:
+        plan = planned_operators(spark, settings)
+    finally:
+        spark.stop()
+    problems = settings.plan_problems(plan)
+    if problems:
+        raise SettingsError(problems)
+    return plan

@@ -24,8 +24,8 @@ def load_settings(path: Path | str = DEFAULT_SETTINGS_FILE, **overrides: Any) ->
     data = _read_yaml_mapping(path)
     misplaced = _operator_set_outside_code(data, path)
     query = data.get("query")
-    if isinstance(query, dict):
-        # The operator is the code's: the query module declares it, and the state follows the code.
+    if isinstance(query, dict) and operator_name() is not None:
+        # The starter's label is the code's: the query module keeps it (the plan decides the rest).
         query.setdefault("operator", operator_name())
 
     class FromFile(Settings):
@@ -59,8 +59,8 @@ def _operator_set_outside_code(data: dict[str, Any], path: Path) -> list[str]:
     if any(name.upper() == variable for name in os.environ):
         where.append(f"environment variable {variable}")
     return [
-        f"{place}: the operator is set by the code, OPERATOR = {operator_name()!r} in {QUERY_MODULE};"
-        " remove it here (to run another operator, change the query and start a new checkpoint)"
+        f"{place}: the query's stateful operators are set by the code ({QUERY_MODULE}), and read from its plan;"
+        " remove it here (to run other operators, change the query and start a new checkpoint)"
         for place in where
     ]
 
@@ -159,9 +159,11 @@ def describe_errors(error: ValidationError, path: Path) -> list[str]:
 
 
 def _origin(loc: tuple[Any, ...], path: Path) -> str:
+    """The environment variable(s) that set this field or a key inside it, else the settings file."""
     variable = ENV_PREFIX + "__".join(str(part) for part in loc).upper()
-    if any(name.upper() == variable for name in os.environ):
-        return f"from environment variable {variable}"
+    names = sorted(name for name in os.environ if name.upper() == variable or name.upper().startswith(f"{variable}__"))
+    if names:
+        return f"from environment variable {', '.join(names)}"
     return f"in {path}"
 
 

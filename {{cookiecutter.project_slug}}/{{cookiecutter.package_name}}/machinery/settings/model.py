@@ -6,6 +6,7 @@ nested keys) > settings.yaml. Unknown keys are errors. The models; loading.py re
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -14,12 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ..contract import QUERY_MODULE, user_query
 from ..durations import AVAILABLE_NOW, parse_duration
 from ..operators import NAMES, OPERATORS
-from ..runtime.query_plan import PlanOperator, chain, flow_order
+from ..plan_operators import PlanOperator, chain, flow_order
 from ..sizing import capacity
 from ..sizing.capacity import Estimate
 
@@ -307,14 +309,37 @@ class CustomStateSettings(Section):
 
 class QuerySettings(Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", description="letters, digits, '_', '.', '-'")
-    # Not read from settings.yaml: the loader fills it in from the query module's OPERATOR.
-    operator: OperatorName = Field(description=", ".join(NAMES[:-1]) + " or " + NAMES[-1])
+    # Not read from settings.yaml: the loader fills it in from the query module's OPERATOR, a starter's
+    # label (None without one). The stateful operators that run come from the query's plan.
+    operator: OperatorName | None = Field(None, description=", ".join(NAMES[:-1]) + " or " + NAMES[-1])
     watermark: Duration = Field(description="a Spark interval such as '10 minutes'")
     window: Duration = Field("1 minute", description="a Spark interval such as '1 minute'")
     join: JoinSettings = Field(default_factory=JoinSettings)
     custom_state: CustomStateSettings = Field(default_factory=CustomStateSettings)
     checkpoint_location: str = Field(min_length=1, description="a directory path or URI")
     trigger: str = Field("10 seconds", description="an interval such as '10 seconds', or available_now")
+    # The query's own business parameters: a mapping here, an instance of the query module's Params
+    # model once validated (stateful_query reads query.params.<name>).
+    params: Any = Field(default_factory=dict, description="a mapping of the fields of Params in query.py")
+
+    @field_validator("params")
+    @classmethod
+    def _user_params(cls, value: Any) -> Any:
+        model = getattr(user_query(), "Params", None)
+        if model is None:
+            if value:
+                raise ValueError(
+                    f"{QUERY_MODULE} declares no Params model to check these against; add one, or remove them"
+                )
+            return value
+        if isinstance(value, model):
+            return value
+        if isinstance(value, dict):  # an environment override arrives as text: a list or a number in JSON
+            value = {key: _json_or_text(item, model.model_fields.get(key)) for key, item in value.items()}
+        try:
+            return model.model_validate(value or {})
+        except ValidationError as error:
+            raise ValueError("; ".join(_param_problem(problem) for problem in error.errors())) from None
 
     @field_validator("trigger")
     @classmethod
@@ -324,7 +349,7 @@ class QuerySettings(Section):
     def state_span(self) -> str | None:
         """The duration a state row lives on top of the watermark (the window, the join range, the
         session timeout: operators.py names the setting), or None."""
-        setting = OPERATORS[self.operator].lifetime_setting
+        setting = None if self.operator is None else OPERATORS[self.operator].lifetime_setting
         if setting is None:
             return None
         value: Any = self
@@ -341,6 +366,26 @@ class OperatorCapacity(Section):
     input_rows_per_second: float | None = Field(None, gt=0, description="rows per second greater than zero, or null")
     key_cardinality: int | None = Field(None, gt=0, description="a whole number of keys greater than zero, or null")
     state_bytes_per_row: int | None = Field(None, gt=0, description="bytes greater than zero, or null")
+
+
+def _json_or_text(value: Any, field: Any) -> Any:
+    """A parameter given as text where its field is not text: read as JSON when it parses."""
+    if not isinstance(value, str) or field is None or field.annotation is str:
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _param_problem(problem: Any) -> str:
+    """One bad parameter: its name, its value and what Params expects."""
+    name = ".".join(str(part) for part in problem["loc"]) or "params"
+    if problem["type"] == "missing":
+        return f"{name} is missing (Params in {QUERY_MODULE} has no default for it)"
+    if problem["type"] == "extra_forbidden":
+        return f"{name} is not a field of Params in {QUERY_MODULE}"
+    return f"{name} = {problem['input']!r}: {problem['msg']}"
 
 
 class CapacitySettings(Section):
@@ -413,7 +458,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _operator_fits_inputs_and_store(self) -> Settings:
-        problems = self.operator_problems([self.query.operator])
+        problems = [] if self.query.operator is None else self.operator_problems([self.query.operator])
         if problems:
             raise ValueError(problems[0])
         both = self.join_source
@@ -502,6 +547,8 @@ class Settings(BaseSettings):
         }
         inputs.update(overrides)
         if plan is None:
+            if inputs["operator"] is None:
+                raise ValueError("the query module keeps no OPERATOR label: size the operators of its plan")
             return capacity.estimate(**inputs)
         flow = [operator for operator in flow_order(plan) if operator.known]
         place = {operator.operator_id: index for index, operator in enumerate(flow)}
@@ -509,7 +556,12 @@ class Settings(BaseSettings):
         own: list[dict[str, object]] = []
         for index, operator in enumerate(flow):
             entry = entries[index].model_dump(exclude_none=True, exclude={"operator"}) if index < len(entries) else {}
-            from_plan = {"watermark": operator.watermark, "window": operator.window, "join_range": operator.join_range}
+            from_plan: dict[str, object] = {
+                "watermark": operator.watermark,
+                "window": operator.window,
+                "join_range": operator.join_range,
+                "key_cardinality": 1 if operator.window_only else None,  # one row per window
+            }
             # What the caller overrides (estimate's flags, a calibration) wins, but the source's rate.
             given = {key: value for key, value in overrides.items() if key != "input_rows_per_second"}
             own.append({**{key: value for key, value in from_plan.items() if value}, **entry, **given})

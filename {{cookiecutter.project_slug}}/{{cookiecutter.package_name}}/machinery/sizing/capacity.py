@@ -132,11 +132,15 @@ def estimate(
     bytes_per_row_source: str = ASSUMED_BYTES_PER_ROW,
     measured_on: str | None = None,
     measured_bytes_per_row: int | None = None,
+    upstream_delay_seconds: float = 0.0,
+    upstream_window: str | None = None,
     **shape: object,
 ) -> Estimate:
     """Napkin math for the state a watermarked query keeps; see the module docstring.
 
     `shape` takes the operator's own inputs (SHAPE_DEFAULTS names them); None means the default.
+    After another stateful operator (estimate_chain), its rows may come upstream_delay_seconds behind
+    the watermark (after a join), or as the windows of a windowed aggregation close (upstream_window).
     """
     op = find_operator(operator)
     unknown = sorted(set(shape) - set(SHAPE_DEFAULTS))
@@ -151,7 +155,8 @@ def estimate(
     inputs = {name: SHAPE_DEFAULTS[name] if shape.get(name) is None else shape[name] for name in op.sizing_inputs}
     if measured_on not in (None, *PROVIDERS) or (measured_on is None) != (measured_bytes_per_row is None):
         raise ValueError("measured_on (hdfs or rocksdb) and measured_bytes_per_row come together")
-    rows, working = op.rows(input_rows_per_second, seconds, **inputs)
+    fed = {"upstream_window": upstream_window} if upstream_window and "window" in op.sizing_inputs else {}
+    rows, working = op.rows(input_rows_per_second, seconds + upstream_delay_seconds, **inputs, **fed)
     costs = store_costs.COSTS[operator]
     instances = shuffle_partitions * costs.instances_per_partition
     # A calibration's measure replaces payload + overhead on the provider it ran on.
@@ -202,14 +207,19 @@ def estimate(
 
 def estimate_chain(
     operators: Sequence[str],
-    upstream: Sequence[int | None],
-    own_inputs: Sequence[dict[str, object]],
+    upstream: Sequence[int | None] | None = None,
+    own_inputs: Sequence[dict[str, object]] | None = None,
     **inputs: object,
 ) -> Estimate:
     """The state of a query of several stateful operators, in the order events reach them: each sized
     with the inputs of `estimate`, its own inputs on top (own_inputs[i]: its watermark, window, rate,
     keys, bytes per row), and without a rate of its own the rows its upstream operator (the index of
-    the operator whose output it reads, or None for the source) passes on at most. Summed by combine."""
+    the operator whose output it reads, or None for the source; by default the one before it) passes
+    on at most. Summed by combine."""
+    if upstream is None:
+        upstream = [None, *range(len(operators) - 1)]
+    if own_inputs is None:
+        own_inputs = [{} for _ in operators]
     parts: list[Estimate] = []
     rate_out: list[float] = []
     for index, (name, before, own) in enumerate(zip(operators, upstream, own_inputs, strict=True)):
@@ -223,6 +233,16 @@ def estimate_chain(
                 f"what {operators[before]} before it passes on, at most (set"
                 f" capacity.operators[{index}].input_rows_per_second when a filter or repeats lower it)"
             )
+        if before is not None:
+            upstream = find_operator(operators[before])
+            merged["upstream_delay_seconds"] = upstream.output_delay(**parts[before].shape)
+            if upstream.name == "windowed_aggregation":
+                merged["upstream_window"] = parts[before].shape["window"]
+            if merged["upstream_delay_seconds"]:
+                source += (
+                    f"; its rows come up to {num(merged['upstream_delay_seconds'])} s behind the watermark, so"
+                    " it keeps them that much longer"
+                )
         part = estimate(**merged)
         shape = {key: merged.get(key) for key in ("window", "key_cardinality") if merged.get(key) is not None}
         rate_out.append(find_operator(name).output_rate(part.input_rows_per_second, **shape))
@@ -246,7 +266,7 @@ def combine(parts: Sequence[Estimate]) -> Estimate:
         first,
         operator=" -> ".join(part.operator for part in parts),
         formula="each operator's state, summed",
-        headline_rows=sum(part.headline_rows for part in parts),
+        headline_rows=first.headline_rows,  # the source's rate over the watermark
         rows_working=" + ".join(num(part.rows) for part in parts) + f" = {num(rows)} rows",
         shape={},
         rows=rows,

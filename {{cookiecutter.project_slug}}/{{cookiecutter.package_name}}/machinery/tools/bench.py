@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ import pyspark
 from ..contract import PACKAGE
 from ..figures import human_bytes
 from ..operators import OPERATORS
+from ..plan_operators import PlanOperator, chain, flow_order
 from ..settings import ENV_PREFIX, Settings
 
 CONFIGURATIONS = {
@@ -125,10 +126,10 @@ def input_plan(operator: str, keys: int, batches_to_last_count: int) -> InputPla
     )
 
 
-def unsupported(operator: str, configuration: str) -> str | None:
-    """Why this operator cannot run on this configuration, or None."""
+def unsupported(operators: Sequence[str], configuration: str) -> str | None:
+    """Why the query's operators cannot run on this configuration, or None."""
     if CONFIGURATIONS[configuration][0] == "hdfs":
-        return OPERATORS[operator].rocksdb_only
+        return next((OPERATORS[name].rocksdb_only for name in operators if OPERATORS[name].rocksdb_only), None)
     return None
 
 
@@ -226,9 +227,17 @@ def batch_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
 
 
 def run_one(
-    settings_path: Path, settings: Settings, folder: Path, configuration: str, keys: int, warmup: int, batches: int
+    settings_path: Path,
+    settings: Settings,
+    lead: str,
+    folder: Path,
+    configuration: str,
+    keys: int,
+    warmup: int,
+    batches: int,
 ) -> Result:
-    plan = input_plan(settings.query.operator, keys, warmup + batches)
+    """One run; the input is shaped for `lead`, the operator the events reach first."""
+    plan = input_plan(lead, keys, warmup + batches)
     (folder / "event-log").mkdir(exist_ok=True)
     env = run_environment(settings, folder, configuration, plan)
     command = [sys.executable, "-m", PACKAGE, "run", "--settings", str(settings_path.resolve())]
@@ -286,7 +295,9 @@ def run_one(
     )
 
 
-def runnable_configurations(settings: Settings, configurations: list[str], warmup: int, batches: int) -> list[str]:
+def runnable_configurations(
+    operators: Sequence[str], configurations: list[str], warmup: int, batches: int
+) -> list[str]:
     """The configurations to run; a BenchError for a request that cannot be run."""
     if warmup + batches > MAX_RUN_BATCHES:
         raise BenchError(
@@ -300,9 +311,9 @@ def runnable_configurations(settings: Settings, configurations: list[str], warmu
         raise BenchError(
             f"--providers {','.join(unknown)}: not a configuration; choose from {', '.join(CONFIGURATIONS)}"
         )
-    runnable = [name for name in configurations if unsupported(settings.query.operator, name) is None]
+    runnable = [name for name in configurations if unsupported(operators, name) is None]
     if not runnable:
-        reasons = "; ".join(f"{name}: {unsupported(settings.query.operator, name)}" for name in configurations)
+        reasons = "; ".join(f"{name}: {unsupported(operators, name)}" for name in configurations)
         raise BenchError(f"--providers {','.join(configurations)}: nothing to run for this query ({reasons})")
     return runnable
 
@@ -310,6 +321,7 @@ def runnable_configurations(settings: Settings, configurations: list[str], warmu
 def run_bench(
     settings_path: Path,
     settings: Settings,
+    plan: Sequence[PlanOperator],
     keys: list[int],
     configurations: list[str],
     warmup: int,
@@ -317,8 +329,13 @@ def run_bench(
     out: Path,
 ) -> list[Result]:
     """Every configuration at every state size, each in a fresh process and checkpoint; then the files."""
-    runnable = runnable_configurations(settings, configurations, warmup, batches)
-    skipped = {name: unsupported(settings.query.operator, name) for name in configurations if name not in runnable}
+    operators = [operator.kind for operator in flow_order(plan) if operator.known]
+    if not operators:
+        raise BenchError(
+            f"the query's plan holds no operator bench can shape input for ({chain([o.kind for o in plan])})"
+        )
+    runnable = runnable_configurations(operators, configurations, warmup, batches)
+    skipped = {name: unsupported(operators, name) for name in configurations if name not in runnable}
     for name, reason in skipped.items():
         print(f"bench: {name} not run: {reason}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
@@ -331,14 +348,16 @@ def run_bench(
                 shutil.rmtree(folder, ignore_errors=True)
                 folder.mkdir(parents=True)
                 started = time.monotonic()
-                results.append(run_one(settings_path, settings, folder, configuration, size, warmup, batches))
+                results.append(
+                    run_one(settings_path, settings, operators[0], folder, configuration, size, warmup, batches)
+                )
                 for scratch in ("checkpoint", "output", "event-log"):
                     shutil.rmtree(folder / scratch, ignore_errors=True)
                 elapsed = time.monotonic() - started
                 print(f"{configuration}, {size:,} keys: done in {elapsed:.0f} s", file=sys.stderr)
     finally:
         if results:  # a failed or interrupted run keeps what was measured before it
-            write_results(out, settings, results, warmup, skipped)
+            write_results(out, settings, plan, results, warmup, skipped)
     return results
 
 
@@ -361,12 +380,12 @@ def machine() -> dict[str, Any]:
     }
 
 
-def recommendation(settings: Settings, results: list[Result]) -> list[str]:
+def recommendation(settings: Settings, plan: Sequence[PlanOperator], results: list[Result]) -> list[str]:
     """The fastest configuration at the largest size measured, beside the napkin-math one."""
     largest = max(result.keys for result in results)
     at_largest = sorted((result for result in results if result.keys == largest), key=lambda r: r.batch_ms_p50)
     best = at_largest[0]
-    sizing = settings.sizing()
+    sizing = settings.sizing(plan)
     return [
         f"Measured: at {largest:,} keys ({best.state_rows:,} state rows) the fastest configuration by median batch"
         f" time is {best.configuration} ({best.batch_ms_p50:,.0f} ms)"
@@ -380,11 +399,17 @@ def recommendation(settings: Settings, results: list[Result]) -> list[str]:
 
 
 def write_results(
-    out: Path, settings: Settings, results: list[Result], warmup: int, skipped: dict[str, str | None]
+    out: Path,
+    settings: Settings,
+    plan: Sequence[PlanOperator],
+    results: list[Result],
+    warmup: int,
+    skipped: dict[str, str | None],
 ) -> None:
     rows = [asdict(result) for result in results]
-    operator = settings.query.operator
-    state = input_plan(operator, 1, 1).state
+    operators = [operator.kind for operator in flow_order(plan) if operator.known]
+    operator = chain(operators)
+    state = input_plan(operators[0], 1, 1).state
     about: dict[str, Any] = {
         "operator": operator,
         "state": state,
@@ -429,7 +454,7 @@ def write_results(
         "The state commit and GC times are sums over the tasks of every partition, as Spark reports them: on"
         " several cores they can exceed the batch's wall time.",
         "",
-        *recommendation(settings, results),
+        *recommendation(settings, plan, results),
         "",
         "Sources: " + "; ".join(f"{key}: {value}" for key, value in about["sources"].items()) + ".",
         "",

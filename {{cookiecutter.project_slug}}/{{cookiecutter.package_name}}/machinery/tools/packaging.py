@@ -16,15 +16,19 @@ from pathlib import Path
 # The whole package: the query module and this machinery (two levels up from this file).
 PACKAGE_DIR = Path(__file__).resolve().parents[2]
 DEPLOY_MODES = ("client", "cluster")
+# What a cluster never runs: development tools (the local Kafka broker, bench) and the tests' surface.
+DEVELOPMENT_ONLY = ("machinery/tools/local_kafka.py", "machinery/tools/bench.py", "machinery/testing.py")
 
 
 def build_py_files(out_dir: Path) -> Path:
-    """Zip this package (its .py files) into out_dir for `spark-submit --py-files`; return the zip."""
+    """Zip this package (its .py files but the development-only ones) into out_dir for
+    `spark-submit --py-files`; return the zip."""
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{PACKAGE_DIR.name}.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(PACKAGE_DIR.rglob("*.py")):
-            archive.write(path, path.relative_to(PACKAGE_DIR.parent))
+            if path.relative_to(PACKAGE_DIR).as_posix() not in DEVELOPMENT_ONLY:
+                archive.write(path, path.relative_to(PACKAGE_DIR.parent))
     return target
 
 

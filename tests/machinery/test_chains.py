@@ -1,0 +1,407 @@
+"""Queries of several stateful operators, written the way a user writes them in query.py, run for real.
+
+Each chain replaces stateful_query in a copy of the project (and drops the starter's OPERATOR label,
+as a user who makes the query theirs would): deduplication then a windowed count, a stream-stream
+join then a windowed count of the matches, two chained windowed counts, deduplication then custom
+state (the custom_state bake, which has the state processor), and a stateless stream-static join
+before a windowed count. Each runs on landing files, is restarted with more input, killed with
+SIGKILL mid-batch and restarted again; its whole output equals the same computation as a batch job.
+Then each operator's estimated state rows are held against Spark's numRowsTotal for that operator
+at steady state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+from stream_job.machinery.endpoints.sample_input import write_sample_files
+from stream_job.machinery.settings import load_settings
+
+from .conftest import (
+    BAKED_OPERATOR,
+    DEFAULT_OPERATOR,
+    clean_env,
+    committed_batches,
+    deep_merge,
+    digest,
+    jvm_free,
+    project_copy,
+    read_events_batch,
+    run_python,
+    session_expectation,
+    start_job,
+    write_settings_file,
+)
+from .test_exactly_once import kill_mid_batch
+
+pytestmark = [pytest.mark.streaming, pytest.mark.faults, pytest.mark.chains]
+
+DEDUPLICATED_COUNT = '''
+def stateful_query(events, query, join_events=None):
+    """Each event_id once, then counted per key and window."""
+    unique = events.withWatermark("event_time", query.watermark).dropDuplicatesWithinWatermark(["event_id"])
+    return (
+        unique.groupBy(F.window("event_time", query.window).alias("window"), "key")
+        .agg(F.count(F.lit(1)).alias("events"))
+        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "events")
+    )
+'''
+JOINED_COUNT = '''
+def stateful_query(events, query, join_events=None):
+    """Orders matched with their payments within the range, then the matches counted per window."""
+    from datetime import timedelta
+
+    from .machinery.durations import parse_duration
+
+    span = timedelta(seconds=parse_duration(query.join.range))
+    left = events.withWatermark("event_time", query.watermark)
+    right = join_events.withWatermark("event_time", query.watermark).select(
+        F.col("key").alias("join_key"), F.col("event_time").alias("join_event_time")
+    )
+    condition = (
+        (left.key == right.join_key)
+        & (right.join_event_time >= left.event_time)
+        & (right.join_event_time <= left.event_time + F.lit(span))
+    )
+    return (
+        left.join(right, condition, "inner")
+        .groupBy(F.window("event_time", query.window).alias("window"))
+        .agg(F.count(F.lit(1)).alias("matches"))
+        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "matches")
+    )
+'''
+COUNTED_COUNT = '''
+def stateful_query(events, query, join_events=None):
+    """Events per key and window, then per key and a window twice as long: two aggregations."""
+    from .machinery.durations import parse_duration
+
+    first = (
+        events.withWatermark("event_time", query.watermark)
+        .groupBy(F.window("event_time", query.window).alias("window"), "key")
+        .agg(F.count(F.lit(1)).alias("events"))
+    )
+    longer = f"{2 * parse_duration(query.window)} seconds"
+    return (
+        first.groupBy(F.window(F.window_time("window"), longer).alias("window"), "key")
+        .agg(F.sum("events").alias("events"), F.count(F.lit(1)).alias("windows"))
+        .select(
+            F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
+            "key", "events", "windows",
+        )
+    )
+'''
+DEDUPLICATED_SESSIONS = '''
+def stateful_query(events, query, join_events=None):
+    """Each event_id once, then the visit sessions of the unique events."""
+    from .sessions import sessions
+
+    unique = events.withWatermark("event_time", query.watermark).dropDuplicatesWithinWatermark(["event_id"])
+    custom = query.custom_state
+    return sessions(unique, query.watermark, custom.session_timeout, custom.recent_events)
+'''
+REGIONS = [(f"key-{n}", "north" if n % 2 else "south") for n in range(4)]
+REGIONAL_COUNT = f'''
+REGIONS = {REGIONS!r}
+
+
+def stateful_query(events, query, join_events=None):
+    """Each event with its key's region from a small static table (a stateless join), then counted
+    per region and window."""
+    regions = events.sparkSession.createDataFrame(REGIONS, "key string, region string")
+    return (
+        events.join(regions, "key", "left")
+        .withWatermark("event_time", query.watermark)
+        .groupBy(F.window("event_time", query.window).alias("window"), "region")
+        .agg(F.count(F.lit(1)).alias("events"))
+        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "region", "events")
+    )
+'''
+
+
+@dataclass(frozen=True)
+class Chain:
+    code: str
+    # The plan's stateful operators, in the order events reach them.
+    operators: tuple[str, ...]
+    two_inputs: bool = False
+    # Landing files repeat events (within a file and across files), for a deduplication to drop.
+    repeats: bool = False
+    run_length: int = 1
+    # Distinct keys per operator for the estimate, where they are not the source's.
+    key_cardinality: tuple[int | None, ...] | None = None
+
+
+CHAINS = {
+    "deduplication-then-count": Chain(DEDUPLICATED_COUNT, ("deduplication", "windowed_aggregation"), repeats=True),
+    "join-then-count": Chain(JOINED_COUNT, ("stream_stream_join", "windowed_aggregation"), two_inputs=True),
+    "count-then-count": Chain(COUNTED_COUNT, ("windowed_aggregation", "windowed_aggregation")),
+    "deduplication-then-sessions": Chain(
+        DEDUPLICATED_SESSIONS, ("deduplication", "custom_state"), repeats=True, run_length=10
+    ),
+    # Regions: north, south, and null for the keys the small table lacks.
+    "static-join-then-count": Chain(REGIONAL_COUNT, ("windowed_aggregation",), key_cardinality=(3,)),
+}
+# Where each chain runs: the custom_state chain needs that bake's state processor; the rest, the default bake.
+HOME = {name: "custom_state" if "sessions" in name else DEFAULT_OPERATOR for name in CHAINS}
+PARAMS = [
+    pytest.param(name, marks=[pytest.mark.operator] if HOME[name] != DEFAULT_OPERATOR else [], id=name)
+    for name in CHAINS
+]
+
+
+def at_home(name: str) -> None:
+    if HOME[name] != BAKED_OPERATOR:
+        pytest.skip(f"the {HOME[name]} bake runs it")
+
+
+def chained_project(folder: Path, chain: Chain) -> Path:
+    """The project copied, its query.py with the chain's stateful_query in place of the starter's, and
+    without the starter's OPERATOR label."""
+    return project_copy(
+        folder, {f'OPERATOR = "{BAKED_OPERATOR}"\n': "", "\n\ndef _iso(": f"\n\n{chain.code}\n\ndef _iso("}
+    )
+
+
+def add_files(landing: Path, chain: Chain, files: int, join_landing: Path | None) -> None:
+    """files more landing files (see conftest.files_job: 40 events 3 s apart, 2 minutes each), with repeats."""
+    keys = 10**9 if chain.two_inputs else 4
+    shape = {"files": files, "events_per_file": 40, "keys": keys, "advance_per_file": timedelta(minutes=2)}
+    written = write_sample_files(landing, **shape, run_length=chain.run_length)
+    if join_landing is not None:
+        delays = tuple(timedelta(minutes=1) * share for share in (0.25, 0.75, 1.5))
+        write_sample_files(join_landing, **shape, run_length=chain.run_length, payment_delays=delays)
+    if chain.repeats:
+        for path in written:
+            repeat_events(path)
+
+
+def repeat_events(path: Path) -> None:
+    """Each file gets the last 3 events of the file before it in front, and its own first 3 again at
+    its end, byte for byte (a source that delivers at least once); its modification time is kept, so
+    the files stay in their order."""
+    before = path.with_name(f"events-{int(path.stem.split('-')[1]) - 1:05d}.json")
+    lines = path.read_text().splitlines()
+    earlier = before.read_text().splitlines()[-3:] if before.is_file() else []
+    times = path.stat()
+    path.write_text("\n".join([*earlier, *lines, *lines[:3]]) + "\n")
+    os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+
+
+def chain_settings(tmp_path: Path, chain: Chain) -> dict:
+    changes = {
+        "spark": {"shuffle_partitions": 2, "platform": "oss", "master": "local[2]"},
+        "state_store": {"provider": "rocksdb", "changelog_checkpointing": True},
+        "source": {"type": "files", "files": {"path": str(tmp_path / "landing"), "max_files_per_trigger": 1}},
+        "join_source": None,
+        "sink": {"type": "parquet", "output_mode": "append", "path": str(tmp_path / "output")},
+        "query": {
+            "name": "chain",
+            "watermark": "1 minute",
+            "window": "1 minute",
+            "join": {"type": "inner", "range": "1 minute"},
+            "custom_state": {"session_timeout": "1 minute"},
+            "checkpoint_location": str(tmp_path / "checkpoint"),
+            "trigger": "available_now",
+        },
+    }
+    if chain.two_inputs:
+        join_files = {"path": str(tmp_path / "landing-join"), "max_files_per_trigger": 1}
+        changes["join_source"] = {"type": "files", "files": join_files}
+    return changes
+
+
+def batch_oracle(spark: SparkSession, name: str, folder: Path) -> DataFrame:
+    """The chain as a batch job over every landing file, as far as the final watermark lets it emit
+    (chain_settings: a one-minute watermark, window, range and session timeout). Read without the
+    bake's settings loader, which checks the settings against the bake's own query, not the chain."""
+    events = read_events_batch(spark, str(folder / "landing")).dropDuplicates()
+    inputs = [events] + ([read_events_batch(spark, str(folder / "landing-join"))] if CHAINS[name].two_inputs else [])
+    newest = min(frame.agg(F.max("event_time")).first()[0] for frame in inputs)
+    watermark = F.lit(newest - timedelta(minutes=1))
+    window = F.window("event_time", "1 minute").alias("window")
+    columns = [F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end")]
+    if name == "deduplication-then-sessions":  # the custom_state bake: its loader takes these settings
+        settings = load_settings(folder / "settings.yaml")
+        return session_expectation(spark, events.dropDuplicates(["event_id"]), settings)
+    if name == "deduplication-then-count":
+        counts = events.dropDuplicates(["event_id"]).groupBy(window, "key").agg(F.count(F.lit(1)).alias("events"))
+        return counts.select(*columns, "key", "events").where(F.col("window_end") <= watermark)
+    if name == "static-join-then-count":
+        regions = spark.createDataFrame(REGIONS, "key string, region string")
+        counts = events.join(regions, "key", "left").groupBy(window, "region").agg(F.count(F.lit(1)).alias("events"))
+        return counts.select(*columns, "region", "events").where(F.col("window_end") <= watermark)
+    if name == "count-then-count":
+        first = events.groupBy(window, "key").agg(F.count(F.lit(1)).alias("events"))
+        first = first.where(F.col("window.end") <= watermark)
+        second = first.groupBy(F.window(F.window_time("window"), "2 minutes").alias("window"), "key")
+        second = second.agg(F.sum("events").alias("events"), F.count(F.lit(1)).alias("windows"))
+        return second.select(*columns, "key", "events", "windows").where(F.col("window_end") <= watermark)
+    payments = inputs[1]
+    span = timedelta(minutes=1)
+    matches = events.alias("o").join(
+        payments.alias("p"),
+        (F.col("o.key") == F.col("p.key"))
+        & (F.col("p.event_time") >= F.col("o.event_time"))
+        & (F.col("p.event_time") <= F.col("o.event_time") + F.lit(span)),
+    )
+    counts = matches.groupBy(F.window("o.event_time", "1 minute").alias("window"))
+    counts = counts.agg(F.count(F.lit(1)).alias("matches")).select(*columns, "matches")
+    # Spark runs the count on the join's output watermark: the input's less the range, since a match
+    # may still come that long after its order.
+    return counts.where(F.col("window_end") <= F.lit(newest - timedelta(minutes=1) - span))
+
+
+@pytest.mark.parametrize("name", PARAMS)
+def test_a_chain_restarts_survives_sigkill_and_equals_the_batch_job(spark, tmp_path, name):
+    at_home(name)
+    chain = CHAINS[name]
+    project = chained_project(tmp_path, chain)
+    changes = chain_settings(tmp_path, chain)
+    path = write_settings_file(tmp_path / "settings.yaml", changes)
+    landing, join_landing = tmp_path / "landing", (tmp_path / "landing-join" if chain.two_inputs else None)
+    checkpoint = tmp_path / "checkpoint"
+
+    add_files(landing, chain, 3, join_landing)
+    first = run_python("main.py", "--settings", str(path), env=clean_env(), cwd=project)
+    assert first.returncode == 0, first.stderr[-3000:]
+    # No label, so no remark: the plan's operators are simply the ones that run.
+    assert "query: the plan runs" not in first.stdout
+
+    add_files(landing, chain, 3, join_landing)
+    with open(tmp_path / "killed-run.log", "w") as log:
+        process = start_job(path, log, cwd=project)
+        in_flight = kill_mid_batch(process, checkpoint)
+    assert in_flight not in committed_batches(checkpoint)
+    restart = run_python("main.py", "--settings", str(path), env=clean_env(), cwd=project)
+    assert restart.returncode == 0, restart.stderr[-3000:]
+    assert f"batch {in_flight}:" in restart.stdout
+
+    expected = batch_oracle(spark, name, tmp_path)
+    assert expected.count() > 0
+    # The parquet sink's output, read through its own log as read_output does.
+    assertDataFrameEqual(spark.read.parquet(str(tmp_path / "output")), expected)
+    held = [info["operatorName"] for info in _state_metadata(checkpoint)]
+    assert len(held) == len(chain.operators)
+
+    if name == "deduplication-then-count":
+        # inspect reads both operators' state, each beside its own estimate.
+        inspect = run_python(
+            "-m", "stream_job", "inspect", "--settings", str(path), "--json", env=clean_env(), cwd=project
+        )
+        assert inspect.returncode == 0, inspect.stderr[-3000:]
+        report = json.loads(inspect.stdout)
+        assert [operator["operator"] for operator in report["operators"]] == ["windowed_aggregation", "deduplication"]
+        by_id = {entry["operator_id"]: entry["operator"] for entry in report["estimate"]["operators"]}
+        assert by_id == {0: "windowed_aggregation", 1: "deduplication"}
+        # The bake's own query is the count alone: the deduplication removed, refused with both lists.
+        before = digest(checkpoint), digest(tmp_path / "output")
+        refused = run_python("main.py", "--settings", str(path), env=clean_env())
+        assert refused.returncode == 4, refused.stderr
+        assert refused.stderr.splitlines()[-1] == (
+            f"checkpoint error: the query's stateful operators changed: the checkpoint {checkpoint} holds the"
+            " state of deduplication -> windowed_aggregation, and the query now runs windowed_aggregation"
+            " (deduplication removed). Spark keeps each operator's state by its place in the query, so the state"
+            " cannot serve the new query. Either change the query back to deduplication -> windowed_aggregation,"
+            " or set query.checkpoint_location to a new directory and reprocess the input from the start."
+        )
+        assert (digest(checkpoint), digest(tmp_path / "output")) == before
+
+
+def _state_metadata(checkpoint: Path) -> list[dict]:
+    from stream_job.machinery.checkpoint.guard import stateful_operators
+
+    return stateful_operators(checkpoint)
+
+
+# The estimate against Spark at steady state, per operator of the chain: the rate-micro-batch
+# source, 400 events per second of event time (200 keys; a key per event for the join), a 6 s
+# watermark, 3 s windows, ranges and timeouts, 36 batches (as test_state_rows).
+STEADY = """
+import json, statistics, sys
+from stream_job.machinery.runtime.job import build_result, run_query
+from stream_job.machinery.plan_operators import flow_order
+from stream_job.machinery.runtime.query_plan import read_plan
+from stream_job.machinery.runtime.session import apply_confs, local_session
+from stream_job.machinery.settings import load_settings
+
+settings = load_settings(sys.argv[1])
+spark = local_session("chain-rows", {})
+apply_confs(spark, settings)
+plan = read_plan(build_result(spark, settings))
+query = run_query(spark, settings, max_batches=36)
+settled = [p["stateOperators"] for p in query.recentProgress if p["stateOperators"]][-10:]
+by_id = [statistics.median(p[number]["numRowsTotal"] for p in settled) for number in range(len(plan))]
+estimate = settings.sizing(plan, trigger="1 second")
+print(json.dumps({
+    "operators": [operator.kind for operator in flow_order(plan)],
+    "spark": list(reversed(by_id)),
+    "estimate": [part.rows for part in estimate.operators],
+}))
+"""
+ROWS_TOLERANCE = 0.25
+
+
+@pytest.mark.parametrize("name", PARAMS)
+def test_each_operator_of_a_chain_is_estimated_as_spark_keeps_it(tmp_path, name):
+    at_home(name)
+    chain = CHAINS[name]
+    project = chained_project(tmp_path, chain)
+    keys = 10**9 if chain.two_inputs else 200
+    rate = {"type": "rate", "rate": {"rows_per_batch": 400, "advance_per_batch": "1 second", "keys": keys}}
+    changes = deep_merge(
+        chain_settings(tmp_path, chain),
+        {
+            "state_store": {"changelog_checkpointing": False},
+            "source": rate,
+            "join_source": rate if chain.two_inputs else None,
+            "query": {
+                "watermark": "6 seconds",
+                "window": "3 seconds",
+                "join": {"range": "3 seconds"},
+                "custom_state": {"session_timeout": "3 seconds"},
+                "trigger": "100 milliseconds",
+            },
+            "capacity": {
+                "input_rows_per_second": 400,
+                "key_cardinality": None if chain.two_inputs else keys,
+                "join_input_rows_per_second": None,
+                "operators": [{"key_cardinality": count} for count in chain.key_cardinality or ()],
+            },
+        },
+    )
+    path = write_settings_file(tmp_path / "settings.yaml", changes)
+    result = run_python("-c", STEADY, str(path), env=clean_env(), cwd=project, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    print(name, figures)
+    assert figures["operators"] == list(chain.operators)
+    for operator, measured, estimated in zip(chain.operators, figures["spark"], figures["estimate"], strict=True):
+        assert abs(estimated - measured) <= ROWS_TOLERANCE * measured, (operator, estimated, measured)
+
+
+UNBOUNDED_COUNTS = '''
+def stateful_query(events, query, join_events=None):
+    """Counts per key, then how many keys have each count: aggregations without a watermark."""
+    return events.groupBy("key").count().groupBy("count").count()
+'''
+
+
+def test_a_query_spark_refuses_is_one_line_naming_sparks_rule(tmp_path):
+    project = project_copy(tmp_path, {"\n\ndef _iso(": f"\n\n{UNBOUNDED_COUNTS}\n\ndef _iso("})
+    landing = tmp_path / "landing"
+    add_files(landing, CHAINS["count-then-count"], 1, None)
+    path = write_settings_file(tmp_path / "settings.yaml", chain_settings(tmp_path, CHAINS["count-then-count"]))
+    run = run_python("main.py", "--settings", str(path), env=clean_env(), cwd=project)
+    assert run.returncode == 2, run.stderr[-3000:]
+    (line,) = jvm_free(run.stderr).splitlines()
+    assert line.startswith("query error: Spark refuses the query of stream_job.query: [")
+    assert line.endswith("; change the query (no batch ran)")
+    assert committed_batches(tmp_path / "checkpoint") == []

@@ -226,9 +226,7 @@ def optional_whole(text: Any) -> int | None:
     return None if text == "auto" else int(text)
 
 
-def size(
-    capacity: ModuleType, operators: tuple[str, ...], answers: dict[str, Any], partitions: int
-) -> tuple[Any, Any]:
+def size(capacity: ModuleType, operators: tuple[str, ...], answers: dict[str, Any], partitions: int) -> tuple[Any, Any]:
     """The estimate of the starter's operators at this partition count and the provider decision it leads to."""
     sizing = capacity.estimate_chain(operators, **sizing_inputs(answers, partitions))
     return sizing, capacity.decide(answers["state_store_provider"], bool(answers["changelog_checkpointing"]), sizing)

@@ -300,6 +300,37 @@ def test_a_chain_restarts_survives_sigkill_and_equals_the_batch_job(spark, tmp_p
         assert [operator["operator"] for operator in report["operators"]] == ["windowed_aggregation", "deduplication"]
         by_id = {entry["operator_id"]: entry["operator"] for entry in report["estimate"]["operators"]}
         assert by_id == {0: "windowed_aggregation", 1: "deduplication"}
+        rows_before = {operator["operator"]: operator["state_rows"] for operator in report["operators"]}
+        # inspect --key finds a key in both operators' stores, each named, with both operators' rules.
+        found = run_python(
+            "-m", "stream_job", "inspect", "--settings", str(path), "--key", "key-1", "--json",
+            env=clean_env(), cwd=project,
+        )  # fmt: skip
+        assert found.returncode == 0, found.stderr[-3000:]
+        lookup = json.loads(found.stdout)
+        assert {row["operator"] for row in lookup["rows"]} == {"windowed_aggregation"}  # ids are events' own
+        assert "windowed_aggregation: a (key, window) row stays" in lookup["why"]
+        # repartition moves both operators' state into 4 partitions, row for row.
+        four = write_settings_file(tmp_path / "four.yaml", deep_merge(changes, {"spark": {"shuffle_partitions": 4}}))
+        moved = run_python("-m", "stream_job", "repartition", "--settings", str(four), env=clean_env(), cwd=project)
+        assert moved.returncode == 0, moved.stderr[-3000:]
+        after = run_python(
+            "-m", "stream_job", "inspect", "--settings", str(four), "--json", env=clean_env(), cwd=project
+        )
+        report = json.loads(after.stdout)
+        assert {operator["operator"]: operator["state_rows"] for operator in report["operators"]} == rows_before
+        assert {operator["partitions"] for operator in report["operators"]} == {4}
+        # Calibration measures the whole query and sizes both operators with its figure.
+        calibrated = run_python(
+            "-m", "stream_job", "estimate", "--calibrate", "--calibrate-events", "200", "--settings", str(four),
+            "--json", env=clean_env(), cwd=project,
+        )  # fmt: skip
+        assert calibrated.returncode == 0, calibrated.stderr[-3000:]
+        sizing = json.loads(calibrated.stdout)
+        assert [part["operator"] for part in sizing["operators"]] == ["deduplication", "windowed_aggregation"]
+        measured = sizing["calibration"]["bytes_per_row"]
+        assert {part["measured_bytes_per_row"] for part in sizing["operators"]} == {measured}
+        path = four
         # The bake's own query is the count alone: the deduplication removed, refused with both lists.
         before = digest(checkpoint), digest(tmp_path / "output")
         refused = run_python("main.py", "--settings", str(path), env=clean_env())

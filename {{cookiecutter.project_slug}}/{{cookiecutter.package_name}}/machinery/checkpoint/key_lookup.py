@@ -29,6 +29,8 @@ TIME_UNITS = {"Micros": 1_000_000, "Ms": 1_000}
 
 @dataclass
 class KeyRow:
+    operator_id: int  # the operator that keeps the store, and its name
+    operator: str
     store: str
     partition: int
     key: dict[str, Any]
@@ -70,20 +72,21 @@ def stores_of(metadata: list[Any]) -> list[dict[str, str]]:
 
 
 def find_key(spark: SparkSession, location: str, metadata: list[Any], batch: int, key: str) -> KeyLookup:
-    """The rows holding `key` as of `batch`; when there are none, the last kept batch that held it."""
-    spark_name = metadata[0].operatorName
-    held_until = operator(BY_SPARK_NAME[spark_name]).held_until if spark_name in BY_SPARK_NAME else ""
+    """The rows holding `key` as of `batch`, in every operator's stores; when there are none, the last
+    kept batch that held it."""
     lookup = KeyLookup(key, batch, _iso(_watermark(location, batch)))
     lookup.rows = _rows_with_key(spark, location, metadata, batch, key)
     if lookup.rows:
+        held_until = _rules(metadata, {row.operator for row in lookup.rows})
         latest = max(time for row in lookup.rows for time in row.times) if any(r.times for r in lookup.rows) else None
-        stores = ", ".join(sorted({row.store for row in lookup.rows}))
+        stores = ", ".join(sorted({_where(row, metadata) for row in lookup.rows}))
         carries = f"; the latest time it carries is {latest}" if latest else ""
         lookup.why = (
             f"held at batch {batch} in {stores}: the watermark is {lookup.watermark or 'not set yet'}{carries};"
             f" {held_until}"
         )
         return lookup
+    held_until = _rules(metadata, None)
     oldest = max(min(row.minBatchId for row in metadata), batch - LOOKBACK_BATCHES)
     for earlier in range(batch - 1, oldest - 1, -1):
         if _rows_with_key(spark, location, metadata, earlier, key):
@@ -103,15 +106,42 @@ def find_key(spark: SparkSession, location: str, metadata: list[Any], batch: int
 
 
 def _rows_with_key(spark: SparkSession, location: str, metadata: list[Any], batch: int, key: str) -> list[KeyRow]:
+    names = _operator_names(metadata)
     rows = []
     for options in stores_of(metadata):
         state = spark.read.format("statestore").options(**options, batchId=str(batch)).load(location)
         store = options.get("storeName") or options.get("stateVarName") or "timers"
+        held_by = names[int(options["operatorId"])]
         for found in state.where(_matches(state, key)).collect():
             key_columns = found["key"].asDict(recursive=True)
             value = _value(found.asDict(recursive=True))
-            rows.append(KeyRow(store, found["partition_id"], key_columns, value, _times(key_columns, value)))
+            times = _times(key_columns, value)
+            rows.append(
+                KeyRow(int(options["operatorId"]), held_by, store, found["partition_id"], key_columns, value, times)
+            )
     return rows
+
+
+def _operator_names(metadata: list[Any]) -> dict[int, str]:
+    """Each operator id's name: ours where the machinery knows the operator, else Spark's."""
+    return {row.operatorId: BY_SPARK_NAME.get(row.operatorName, row.operatorName) for row in metadata}
+
+
+def _rules(metadata: list[Any], holding: set[str] | None) -> str:
+    """How long each operator (of those holding the key, or all) keeps a state row, in its own rule."""
+    names = dict.fromkeys(_operator_names(metadata).values())
+    rules = [f"{name}: {operator(name).held_until}" for name in names if name in BY_SPARK_NAME.values()]
+    rules = [rule for rule in rules if holding is None or rule.split(":")[0] in holding]
+    return rules[0].split(": ", 1)[1] if len(names) == 1 and rules else "; ".join(rules)
+
+
+def _where(row: KeyRow, metadata: list[Any]) -> str:
+    """The store, with its operator when the query has several."""
+    return row.store if len(_operator_names(metadata)) == 1 else _label(row)
+
+
+def _label(row: KeyRow) -> str:
+    return f"operator {row.operator_id} ({row.operator}) {row.store}"
 
 
 def _value(row: dict[str, Any]) -> dict[str, Any] | None:
@@ -171,8 +201,10 @@ def _iso(moment: datetime | None) -> str | None:
 
 def render(lookup: KeyLookup) -> str:
     lines = [f"key {lookup.key!r} at batch {lookup.batch_id} (watermark {lookup.watermark or 'not set yet'})"]
+    several = len({row.operator_id for row in lookup.rows}) > 1
     for row in lookup.rows:
-        lines.append(f"  {row.store}, partition {row.partition}: key {_compact(row.key)} value {_compact(row.value)}")
+        store = _label(row) if several else row.store
+        lines.append(f"  {store}, partition {row.partition}: key {_compact(row.key)} value {_compact(row.value)}")
     lines.append(f"  {lookup.why}")
     return "\n".join(lines)
 

@@ -99,12 +99,18 @@ def stateful_query(events, query, join_events=None):
 '''
 DEDUPLICATED_SESSIONS = '''
 def stateful_query(events, query, join_events=None):
-    """Each event_id once, then the visit sessions of the unique events."""
-    from .sessions import sessions
+    """Each event_id once, then the visit sessions of the unique events: sessions.py's processor on
+    the deduplicated stream, whose watermark is set once (Spark refuses a second withWatermark after
+    a stateful operator)."""
+    from datetime import timedelta
 
-    unique = events.withWatermark("event_time", query.watermark).dropDuplicatesWithinWatermark(["event_id"])
+    from .machinery.durations import parse_duration
+    from .sessions import OUTPUT_SCHEMA, SessionProcessor
+
     custom = query.custom_state
-    return sessions(unique, query.watermark, custom.session_timeout, custom.recent_events)
+    processor = SessionProcessor(timedelta(seconds=parse_duration(custom.session_timeout)), custom.recent_events)
+    unique = events.withWatermark("event_time", query.watermark).dropDuplicatesWithinWatermark(["event_id"])
+    return unique.groupBy("key").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "EventTime")
 '''
 REGIONS = [(f"key-{n}", "north" if n % 2 else "south") for n in range(4)]
 REGIONAL_COUNT = f'''
@@ -436,4 +442,32 @@ def test_a_query_spark_refuses_is_one_line_naming_sparks_rule(tmp_path):
     assert "Traceback" not in run.stderr
     assert line.startswith("query error: Spark refuses the query of stream_job.query: [")
     assert line.endswith("; change the query (no batch ran)")
+    assert committed_batches(tmp_path / "checkpoint") == []
+
+
+WATERMARK_TWICE = '''
+_counted = stateful_query
+
+
+def stateful_query(events, query, join_events=None):
+    """The starter's count after a deduplication that set its own watermark: the count sets another."""
+    unique = events.withWatermark("event_time", query.watermark).dropDuplicatesWithinWatermark(["event_id"])
+    return _counted(unique, query, join_events)
+'''
+
+
+def test_a_second_watermark_after_a_stateful_operator_is_refused_before_the_first_batch(tmp_path):
+    # Spark itself runs this query and fails its first batch ("Redefining watermark is disallowed").
+    project = project_copy(tmp_path, {"\n\ndef _iso(": f"\n\n{WATERMARK_TWICE}\n\ndef _iso("})
+    add_files(tmp_path / "landing", CHAINS["count-then-count"], 1, None)
+    path = write_settings_file(tmp_path / "settings.yaml", chain_settings(tmp_path, CHAINS["count-then-count"]))
+    for command in (["main.py"], ["-m", "stream_job", "estimate"]):
+        run = run_python(*command, "--settings", str(path), env=clean_env(), cwd=project)
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert run.stderr.splitlines()[-1] == (
+            "query error: Spark refuses the query of stream_job.query: it sets a watermark (withWatermark) after a"
+            " stateful operator (deduplication); Spark refuses to redefine the watermark in a query of several"
+            " stateful operators (spark.sql.streaming.statefulOperator.allowMultiple): set it once, on the input,"
+            " before the first stateful operator; change the query (no batch ran)"
+        )
     assert committed_batches(tmp_path / "checkpoint") == []

@@ -135,22 +135,18 @@ def test_changelog_checkpointing_may_be_toggled(spark, tmp_path):
     assert any((tmp_path / "checkpoint" / "state").glob("*/*/*.changelog"))
 
 
-# A user's edit that puts a deduplication before the query's own operator(s): appended to query.py.
-DEDUPLICATED_FIRST = """
-
-
-_stateful_query = stateful_query
+# A user's edit that leaves the stateful operator out (a chain's removal is test_chains'): appended to query.py.
+STATELESS = """
 
 
 def stateful_query(events, query, join_events=None):  # type: ignore[no-redef]
-    \"\"\"The query above, after a deduplication by event_id.\"\"\"
-    unique = events.withWatermark("event_time", query.watermark).dropDuplicatesWithinWatermark(["event_id"])
-    return _stateful_query(unique, query, join_events)
+    \"\"\"The events as they come: no state.\"\"\"
+    return events.select(*EVENT_COLUMNS)
 """
 
 
 @pytest.mark.operator
-def test_an_operator_added_in_the_code_is_refused_with_both_lists_and_nothing_is_touched(spark, tmp_path):
+def test_an_operator_removed_in_the_code_is_refused_with_both_lists_and_nothing_is_touched(spark, tmp_path):
     # custom_state writes its operator metadata in the v2 layout (state/0/_metadata/v2/<n>), the
     # others in v1: each bake proves the check on its own operator's layout.
     changes = run_checkpoint(spark, tmp_path, ANY_PROVIDER)
@@ -158,16 +154,16 @@ def test_an_operator_added_in_the_code_is_refused_with_both_lists_and_nothing_is
     if BAKED_OPERATOR == "custom_state":
         assert (checkpoint / "state" / "0" / "_metadata" / "v2").is_dir()
     before = digest(checkpoint), digest(tmp_path / "output")
-    project = project_copy(tmp_path, {"def _iso(": DEDUPLICATED_FIRST.lstrip("\n") + "\n\ndef _iso("})
+    project = project_copy(tmp_path, {"def _iso(": STATELESS.lstrip("\n") + "\n\ndef _iso("})
     path = write_settings_file(tmp_path / "same.yaml", changes)
 
     for command in (["main.py"], ["-m", "stream_job", "check"]):
         run = run_python(*command, "--settings", str(path), env=clean_env(), cwd=project)
         assert run.returncode == 4, run.stderr
-        # OPERATOR still names the starter's operator: the plan decides, and says so before refusing.
+        # OPERATOR still names the starter's operator: the plan decides.
         assert run.stderr.splitlines()[-1] == (
             f"checkpoint error: the query's stateful operators changed: the checkpoint {checkpoint} holds the state"
-            f" of {BAKED_OPERATOR}, and the query now runs deduplication -> {BAKED_OPERATOR} (deduplication added)."
+            f" of {BAKED_OPERATOR}, and the query now runs no stateful operator ({BAKED_OPERATOR} removed)."
             " Spark keeps each operator's state by its place in the query, so the state cannot serve the new"
             f" query. Either change the query back to {BAKED_OPERATOR}, or set query.checkpoint_location to a new"
             " directory and reprocess the input from the start."

@@ -1,8 +1,9 @@
 """Command line: run the job, size the state, look at the output.
 
-Exit codes: 0 done, 1 the query failed, 2 bad settings or arguments, 3 something the job needs is
-missing from this machine (Java, a connector JAR, the deltalake package, the local Kafka broker), 4 the settings disagree
-with the existing checkpoint, or it is in use, or a repartition was refused (nothing was started or changed).
+Exit codes: 0 done, 1 the query failed, 2 bad settings or arguments, or a query Spark refuses, 3
+something the job needs is missing from this machine (Java, a connector JAR, the deltalake package,
+the local Kafka broker), 4 the settings or the query disagree with the existing checkpoint, or it is
+in use, or a repartition was refused (nothing was started or changed).
 """
 
 # (The docstring above is the description `--help` prints.) Each command module registers its
@@ -18,10 +19,11 @@ from ..checkpoint.inspection import InspectError
 from ..checkpoint.operator_list import OperatorsChanged
 from ..checkpoint.repartition import RepartitionRefused
 from ..checkpoint.run_lock import CheckpointBusy
-from ..contract import PACKAGE
+from ..contract import PACKAGE, QUERY_MODULE
 from ..endpoints.delta_writer import MissingPackageError
 from ..runtime.connectors import ConnectorError
 from ..runtime.java import JavaError
+from ..runtime.query_plan import QueryRefused
 from ..settings import SettingsError
 from . import bench, checkpoint, config, data, estimate, kafka, package, repartition, run
 from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_MISSING_DEPENDENCY
@@ -68,4 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CHECKPOINT_DRIFT
     except InspectError as error:
         print(f"inspect error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except QueryRefused as error:
+        print(
+            f"query error: Spark refuses the query of {QUERY_MODULE}: {error}; change the query (no batch ran)",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT

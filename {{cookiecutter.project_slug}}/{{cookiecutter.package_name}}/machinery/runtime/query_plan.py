@@ -61,10 +61,16 @@ def _tree(nodes: list[dict[str, Any]]) -> _Node:
     return take()
 
 
+class QueryRefused(Exception):
+    """A query Spark would refuse once it runs, found in its plan; the message names Spark's rule."""
+
+
 def read_plan(result: DataFrame) -> list[PlanOperator]:
-    """The stateful operators of a streaming DataFrame, by Spark's operator id."""
+    """The stateful operators of a streaming DataFrame, by Spark's operator id; QueryRefused for a plan
+    Spark runs only to fail at its first batch."""
     analyzed = result._jdf.queryExecution().analyzed()
     root = _tree(json.loads(analyzed.toJSON()))
+    _refuse_a_second_watermark(root)
     delays = iter(_watermark_delays(analyzed.toString()))
     watermarks = {id(node): next(delays, None) for node in root.walk() if node.kind == "EventTimeWatermark"}
     stateful = [node for node in root.walk() if _is_stateful(node)]
@@ -87,6 +93,26 @@ def read_plan(result: DataFrame) -> list[PlanOperator]:
             )
         )
     return operators
+
+
+def _refuse_a_second_watermark(root: _Node) -> None:
+    """Spark fails a query of several stateful operators at its first batch when a watermark is set
+    after one of them ("Redefining watermark is disallowed"): said before it starts instead."""
+    for node in root.walk():
+        if node.kind != "EventTimeWatermark":
+            continue
+        below = next((n for n in list(node.walk())[1:] if _is_stateful(n) and _watermarked(n)), None)
+        if below is not None:
+            raise QueryRefused(
+                f"it sets a watermark (withWatermark) after a stateful operator ({BY_PLAN_NODE.get(below.kind, below.kind)});"
+                " Spark refuses to redefine the watermark in a query of several stateful operators"
+                " (spark.sql.streaming.statefulOperator.allowMultiple): set it once, on the input, before the"
+                " first stateful operator"
+            )
+
+
+def _watermarked(node: _Node) -> bool:
+    return any(n.kind == "EventTimeWatermark" for n in node.walk())
 
 
 def _is_stateful(node: _Node) -> bool:

@@ -471,3 +471,41 @@ def test_a_second_watermark_after_a_stateful_operator_is_refused_before_the_firs
             " before the first stateful operator; change the query (no batch ran)"
         )
     assert committed_batches(tmp_path / "checkpoint") == []
+
+
+UNSIZED = '''
+def stateful_query(events, query, join_events=None):
+    """Each event_id once, ever: dropDuplicates without a watermark, an operator the estimate has no rule for."""
+    return events.dropDuplicates(["event_id"])
+'''
+STATELESS = '''
+def stateful_query(events, query, join_events=None):
+    """The events as they come: no state."""
+    return events.select(*EVENT_COLUMNS)
+'''
+
+
+@pytest.mark.parametrize(
+    ("code", "said"), [(UNSIZED, "unsized"), (STATELESS, "stateless")], ids=["unsized", "stateless"]
+)
+def test_a_query_the_estimate_cannot_size_runs_and_says_so(tmp_path, code, said):
+    project = project_copy(tmp_path, {"\n\ndef _iso(": f"\n\n{code}\n\ndef _iso("})
+    add_files(tmp_path / "landing", CHAINS["count-then-count"], 2, None)
+    path = write_settings_file(tmp_path / "settings.yaml", chain_settings(tmp_path, CHAINS["count-then-count"]))
+    run = run_python("main.py", "--settings", str(path), env=clean_env(), cwd=project)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert committed_batches(tmp_path / "checkpoint") == [0, 1]
+    estimate = run_python("-m", "stream_job", "estimate", "--settings", str(path), env=clean_env(), cwd=project)
+    assert estimate.returncode == 0, estimate.stderr[-3000:]
+    if said == "unsized":
+        line = (
+            "operator 0, Deduplicate (Spark's dedupe), has no sizing rule here: the guard and inspect cover it,"
+            " the estimate and the watchdog leave its state out"
+        )
+        assert f"query: {line}" in run.stdout
+        assert f"estimate: {line}" in estimate.stderr
+        assert estimate.stdout == "estimate: the query's plan holds no stateful operator to size (Deduplicate)\n"
+    else:
+        assert (
+            estimate.stdout == "estimate: the query's plan holds no stateful operator to size (no stateful operator)\n"
+        )

@@ -76,3 +76,11 @@ def flow_order(operators: Sequence[PlanOperator]) -> list[PlanOperator]:
 def chain(kinds: Sequence[str]) -> str:
     """A list of operators as a user reads it: `deduplication -> windowed_aggregation`."""
     return " -> ".join(kinds) if kinds else "no stateful operator"
+
+
+def unsized(operator: PlanOperator) -> str:
+    """The line said of a stateful operator the estimate has no rule for."""
+    return (
+        f"operator {operator.operator_id}, {operator.kind} (Spark's {operator.spark_name}), has no sizing rule here:"
+        " the guard and inspect cover it, the estimate and the watchdog leave its state out"
+    )

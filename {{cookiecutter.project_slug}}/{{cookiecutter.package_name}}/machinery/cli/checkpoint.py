@@ -101,8 +101,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if args.key is not None:
             return _inspect_key(spark, location, facts, args)
         inspection = inspect_checkpoint(spark, location, facts, args.batch_id)
-        if settings is not None:  # the estimate of each stateful operator of the query's plan
-            inspection.estimate = settings.sizing(planned_operators(spark, settings))
+        plan = [] if settings is None else planned_operators(spark, settings)
+        if settings is not None and any(operator.known for operator in plan):  # each operator's estimate
+            inspection.estimate = settings.sizing(plan)
     finally:
         spark.stop()
     print(json.dumps(inspection.to_dict(), indent=2) if args.json else render(inspection))

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from ..operators import NAMES
+from ..plan_operators import chain, unsized
 from ..runtime.query_plan import checked_plan
 from ..settings import Settings, load_settings
 from ..sizing import capacity, partitions
@@ -122,6 +123,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     overrides["bytes_per_row_source"] = _bytes_source(args, calibration)
     # The operators of the query's plan, unless --operator asks about one operator alone.
     plan = None if settings is None or args.operator is not None else checked_plan(settings)
+    for operator in [operator for operator in plan or [] if not operator.known]:
+        print(f"estimate: {unsized(operator)}", file=sys.stderr)
+    if plan is not None and not any(operator.known for operator in plan):
+        print(f"estimate: the query's plan holds no stateful operator to size ({chain([o.kind for o in plan])})")
+        return 0
     try:
         # Settings.sizing maps the settings to the estimate's inputs; the flags given replace theirs.
         sizing = capacity.estimate(**overrides) if settings is None else settings.sizing(plan, **overrides)

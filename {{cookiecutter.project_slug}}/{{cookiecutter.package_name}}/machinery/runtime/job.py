@@ -19,7 +19,7 @@ from ..checkpoint.state_key import check_state_key
 from ..contract import QUERY_MODULE, user_query
 from ..endpoints.sinks import start_query
 from ..endpoints.sources import read_events
-from ..plan_operators import PlanOperator, chain, flow_order
+from ..plan_operators import PlanOperator, chain, flow_order, unsized
 from ..settings import Settings, SettingsError
 from ..text import first_line
 from .progress import ProgressPrinter
@@ -50,6 +50,9 @@ def follow_plan(result: DataFrame, settings: Settings, remarks_to: TextIO) -> li
     note = check_state_key(result.sparkSession, result, settings.query.checkpoint_location)
     if note:
         print(f"checkpoint: {note}", file=remarks_to, flush=True)
+    for operator in plan:
+        if not operator.known:
+            print(f"query: {unsized(operator)}", file=remarks_to, flush=True)
     kinds = [operator.kind for operator in flow_order(plan)]
     if settings.query.operator is not None and kinds != [settings.query.operator]:
         print(
@@ -137,7 +140,7 @@ def run_query(
     result = build_result(spark, settings)
     plan = follow_plan(result, settings, remarks_to)
     watchdog = StateWatchdog(
-        settings.sizing(plan),
+        settings.sizing(plan) if any(operator.known for operator in plan) else None,
         settings.state_store.provider,
         monitoring.state_warning_factor,
         monitoring.hdfs_memory_warning_share,

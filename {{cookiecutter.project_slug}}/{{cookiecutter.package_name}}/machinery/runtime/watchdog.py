@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..figures import human_bytes
-from ..sizing.capacity import Estimate
+from ..sizing.capacity import ROCKSDB_THRESHOLD_BYTES, Estimate
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,8 @@ class StateWarning:
 
 
 class StateWatchdog:
-    def __init__(self, estimate: Estimate, provider: str, factor: float, hdfs_share: float) -> None:
+    def __init__(self, estimate: Estimate | None, provider: str, factor: float, hdfs_share: float) -> None:
+        # estimate: None for a query whose operators the estimate cannot size (no rows warning then).
         self._estimate = estimate
         self._provider = provider
         self._factor = factor
@@ -39,21 +40,21 @@ class StateWatchdog:
         memory = sum(operator.get("memoryUsedBytes", 0) for operator in operators)
         partitions = max(operator.get("numShufflePartitions") or 0 for operator in operators) or 1
         found = []
-        limit = self._estimate.rows * self._factor
-        if rows > limit and "rows_over_estimate" not in self._given:
+        estimate = self._estimate
+        if estimate is not None and rows > estimate.rows * self._factor and "rows_over_estimate" not in self._given:
             found.append(
                 StateWarning(
                     "rows_over_estimate",
                     False,
                     f"state watchdog: batch {progress['batchId']} holds {rows:,} state rows,"
-                    f" {rows / max(self._estimate.rows, 1):.1f}x the estimate of {self._estimate.rows:,}"
+                    f" {rows / max(estimate.rows, 1):.1f}x the estimate of {estimate.rows:,}"
                     f" (warning at {self._factor:g}x, monitoring.state_warning_factor). Recheck the capacity"
                     " section of settings.yaml (`estimate` redoes the sizing; `inspect` shows the state per"
                     " partition), and whether the state still fits the provider.",
                 )
             )
         per_partition = memory / partitions
-        alarm = self._estimate.threshold_bytes * self._hdfs_share
+        alarm = ROCKSDB_THRESHOLD_BYTES * self._hdfs_share
         if self._provider == "hdfs" and per_partition > alarm and "hdfs_memory" not in self._given:
             found.append(
                 StateWarning(
@@ -62,7 +63,7 @@ class StateWatchdog:
                     f"STATE WATCHDOG: batch {progress['batchId']}: the HDFS-backed state holds"
                     f" {human_bytes(int(per_partition))} of JVM heap per partition on average"
                     f" ({human_bytes(memory)} over {partitions} partitions; skewed partitions hold more),"
-                    f" past {self._hdfs_share * 100:g}% of the {human_bytes(self._estimate.threshold_bytes)} per"
+                    f" past {self._hdfs_share * 100:g}% of the {human_bytes(ROCKSDB_THRESHOLD_BYTES)} per"
                     " partition where heap-held state brings long GC pauses and out-of-memory failures."
                     " The provider cannot be switched on this checkpoint: Spark pinned it at the first run"
                     " and ignores a new one. To move to RocksDB, set state_store.provider to rocksdb with a"

@@ -73,11 +73,12 @@ def _plan_drift(settings: Settings) -> tuple[str | None, str]:
     try:
         result = stand_in_result(spark, settings)
         plan = read_plan(result)
-        problems = settings.plan_problems(plan)
+        location = settings.query.checkpoint_location
+        drift = operators_drift(plan, location)
+        problems = [] if drift else settings.plan_problems(plan)
         if problems:
             raise SettingsError(problems)
-        location = settings.query.checkpoint_location
-        drift = operators_drift(plan, location) or state_key_drift(spark, result, location)
+        drift = drift or state_key_drift(spark, result, location)
     finally:
         spark.stop()
     return drift, chain([operator.kind for operator in flow_order(plan)])

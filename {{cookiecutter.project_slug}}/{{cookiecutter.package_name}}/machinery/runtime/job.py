@@ -43,10 +43,11 @@ def follow_plan(result: DataFrame, settings: Settings, remarks_to: TextIO) -> li
     (inputs, store, sink mode, capacity.operators), against the checkpoint's operators and their state
     keys. Where the query module's OPERATOR names another operator, the plan wins, said in one line."""
     plan = read_plan(result)
+    # The checkpoint's operators first: when the query no longer fits its state, that is the news.
+    check_operators(plan, settings.query.checkpoint_location)
     problems = settings.plan_problems(plan)
     if problems:
         raise SettingsError(problems)
-    check_operators(plan, settings.query.checkpoint_location)
     note = check_state_key(result.sparkSession, result, settings.query.checkpoint_location)
     if note:
         print(f"checkpoint: {note}", file=remarks_to, flush=True)

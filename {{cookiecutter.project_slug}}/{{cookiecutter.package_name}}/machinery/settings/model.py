@@ -473,7 +473,7 @@ class Settings(BaseSettings):
         """What the stateful operators `names` need of the inputs, the store and the sink, one line each:
         checked for the starter's OPERATOR when the settings load, and for the plan's before a run."""
         known = [name for name in names if name in OPERATORS]
-        ran = f"the query runs {' -> '.join(names)}"
+        ran = f"the query runs {chain(names)}"
         problems = []
         two_inputs = any(OPERATORS[name].two_inputs for name in known)
         if two_inputs and self.join_source is None:

@@ -57,7 +57,7 @@ QUERY_MARKERS = {
     "windowed_aggregation": "F.window(",
     "deduplication": ".dropDuplicatesWithinWatermark(",
     "stream_stream_join": ".join(right, condition",
-    "custom_state": "sessions(events",
+    "custom_state": "sessions(wanted(events",
 }
 
 

@@ -93,9 +93,7 @@ def stateful_query(events: DataFrame, query: QuerySettings, join_events: DataFra
     watermark passes the window's end, and writes it then.
     """
     unique = (
-        wanted(events, query)
-        .withWatermark("event_time", query.watermark)
-        .dropDuplicatesWithinWatermark(["event_id"])
+        wanted(events, query).withWatermark("event_time", query.watermark).dropDuplicatesWithinWatermark(["event_id"])
     )
     return (
         unique.groupBy(F.window("event_time", query.window).alias("window"), "key")

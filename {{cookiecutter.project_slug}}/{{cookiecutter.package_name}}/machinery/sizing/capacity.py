@@ -234,9 +234,9 @@ def estimate_chain(
                 f" capacity.operators[{index}].input_rows_per_second when a filter or repeats lower it)"
             )
         if before is not None:
-            upstream = find_operator(operators[before])
-            merged["upstream_delay_seconds"] = upstream.output_delay(**parts[before].shape)
-            if upstream.name == "windowed_aggregation":
+            feeding = find_operator(operators[before])
+            merged["upstream_delay_seconds"] = feeding.output_delay(**parts[before].shape)
+            if feeding.name == "windowed_aggregation":
                 merged["upstream_window"] = parts[before].shape["window"]
             if merged["upstream_delay_seconds"]:
                 source += (

@@ -66,7 +66,7 @@ def test_without_a_watermark_state_grows_with_every_window(spark, tmp_path):
     """The same count with no watermark (what settings refuse): Spark can never drop a window."""
     settings = soak_settings(tmp_path)
     apply_confs(spark, settings)
-    counts = read_events(spark, settings.source).groupBy(F.window("event_time", "1 minute"), "key").count()
+    counts = read_events(spark, settings).groupBy(F.window("event_time", "1 minute"), "key").count()
     query = (
         counts.writeStream.format("noop")
         .outputMode("update")

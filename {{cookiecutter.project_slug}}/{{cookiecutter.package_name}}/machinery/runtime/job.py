@@ -33,8 +33,8 @@ SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers |
 
 def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
     """The whole query as a DataFrame: the source (and join_source for a join), then the stateful transform."""
-    events = read_events(spark, settings.source)
-    join_events = None if settings.join_source is None else read_events(spark, settings.join_source)
+    events = read_events(spark, settings, "source")
+    join_events = None if settings.join_source is None else read_events(spark, settings, "join_source")
     return user_query().stateful_query(events, settings.query, join_events)
 
 

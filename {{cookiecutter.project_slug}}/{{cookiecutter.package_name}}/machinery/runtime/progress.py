@@ -11,17 +11,40 @@ from py4j.protocol import Py4JError
 from pyspark import SparkContext
 from pyspark.sql.streaming import StreamingQueryListener
 
+from ..endpoints.sources import EVENT_TIME_AHEAD, EVENT_TIME_OBSERVATION, WITHOUT_EVENT_TIME
 from ..text import first_line
 from .watchdog import StateWatchdog
 
 
 def format_progress(progress: dict[str, Any]) -> str:
-    """Batch id, input rows, rows/s, state rows, state memory and batch duration of one progress event."""
+    """Batch id, input rows, rows/s, state rows, state memory and batch duration of one progress event,
+    then the rows the batch dropped, if any: late (behind the watermark), without an event time, or
+    with one too far ahead (the last two with on_bad_record drop)."""
     event = batch_event(progress)
-    return (
+    line = (
         f"batch {event['batch_id']}: {event['input_rows']:,} input rows, "
         f"{event['rows_per_second']:,.0f} rows/s, state {event['state_rows']:,} rows / "
         f"{event['state_memory_bytes'] / 2**20:,.1f} MiB, took {event['batch_duration_ms'] / 1000:.2f} s"
+    )
+    dropped = [
+        f"{event[field]:,} {what}"
+        for field, what in (
+            ("rows_dropped_late", "late (behind the watermark)"),
+            ("rows_dropped_without_event_time", "without an event time"),
+            ("rows_dropped_event_time_ahead", "with an event time too far ahead"),
+        )
+        if event[field]
+    ]
+    return f"{line}, dropped {', '.join(dropped)}" if dropped else line
+
+
+def dropped_bad_event_time(progress: dict[str, Any], metric: str) -> int:
+    """Rows the sources dropped for their event time (endpoints/sources.py), summed over the inputs."""
+    observed = progress.get("observedMetrics") or {}
+    return sum(
+        int(values.get(metric) or 0)
+        for name, values in observed.items()
+        if name.endswith(f".{EVENT_TIME_OBSERVATION}") and isinstance(values, dict)
     )
 
 
@@ -41,6 +64,9 @@ def batch_event(progress: dict[str, Any]) -> dict[str, Any]:
         "batch_duration_ms": progress.get("batchDuration", 0),
         "state_rows": sum(operator.get("numRowsTotal", 0) for operator in operators),
         "state_memory_bytes": sum(operator.get("memoryUsedBytes", 0) for operator in operators),
+        "rows_dropped_late": sum(operator.get("numRowsDroppedByWatermark") or 0 for operator in operators),
+        "rows_dropped_without_event_time": dropped_bad_event_time(progress, WITHOUT_EVENT_TIME),
+        "rows_dropped_event_time_ahead": dropped_bad_event_time(progress, EVENT_TIME_AHEAD),
         "watermark": (progress.get("eventTime") or {}).get("watermark"),
         "durations_ms": progress.get("durationMs") or {},
         "state_operators": [

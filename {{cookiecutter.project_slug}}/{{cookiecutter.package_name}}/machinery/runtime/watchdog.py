@@ -1,9 +1,14 @@
-"""The state-size watchdog: each batch's measured state against the sizing of settings.yaml.
+"""The state-size watchdog: each batch's measured state against the sizing of settings.yaml, and the
+rows its stateful operators dropped as late.
 
 Two warnings, each given once per run: the state rows passed the estimate by the configured factor
 (the sizing was too low: recheck it, and whether state still fits the provider), and HDFS-backed
 state per partition nears the 1 GiB where the JVM heap starts to hurt. The second is loud, because
 the provider is pinned into the checkpoint: moving to RocksDB needs a new checkpoint.
+
+A third, loud, whenever late rows jump: a batch drops rows behind the watermark after one that
+dropped none, or drops more than LATE_SHARE of its input rows after one that did not. Those rows are
+lost for the output; Spark's progress counts them, and nothing else says so.
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ from typing import Any
 from ..figures import human_bytes
 from ..sizing.capacity import ROCKSDB_THRESHOLD_BYTES, Estimate
 
+# The share of a batch's input rows dropped as late that warns even when the batch before dropped some.
+LATE_SHARE = 0.1
+
 
 @dataclass(frozen=True)
 class StateWarning:
-    kind: str  # "rows_over_estimate" or "hdfs_memory"
+    kind: str  # "rows_over_estimate", "hdfs_memory" or "late_rows"
     loud: bool
     message: str
 
@@ -30,6 +38,7 @@ class StateWatchdog:
         self._factor = factor
         self._hdfs_share = hdfs_share
         self._given: set[str] = set()
+        self._late_before = (0, False)  # the batch before: rows dropped as late, and past LATE_SHARE
 
     def check(self, progress: dict[str, Any]) -> list[StateWarning]:
         """The warnings this batch's progress newly crosses (each kind at most once per run)."""
@@ -72,4 +81,26 @@ class StateWatchdog:
                 )
             )
         self._given.update(warning.kind for warning in found)
-        return found
+        return found + self._late_rows(progress, operators)
+
+    def _late_rows(self, progress: dict[str, Any], operators: list[dict[str, Any]]) -> list[StateWarning]:
+        """A loud warning when this batch's late rows jump (see the module's docstring)."""
+        late = sum(operator.get("numRowsDroppedByWatermark") or 0 for operator in operators)
+        inputs = progress.get("numInputRows") or 0
+        heavy = late > LATE_SHARE * inputs
+        before, heavy_before = self._late_before
+        self._late_before = (late, heavy)
+        if not late or (before and (heavy_before or not heavy)):
+            return []
+        watermark = (progress.get("eventTime") or {}).get("watermark", "unknown")
+        return [
+            StateWarning(
+                "late_rows",
+                True,
+                f"LATE ROWS: batch {progress['batchId']} dropped {late:,} row{'' if late == 1 else 's'} as late"
+                f" (of {inputs:,} input rows):"
+                f" their event time is behind the watermark, {watermark}, so they are not in the output."
+                " If they are not that old, an event far ahead moved the watermark (query.max_event_time_ahead"
+                " bounds it); if they are, an input arrives later than query.watermark allows: raise it.",
+            )
+        ]

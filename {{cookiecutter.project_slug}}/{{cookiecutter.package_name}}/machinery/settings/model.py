@@ -313,6 +313,9 @@ class QuerySettings(Section):
     # label (None without one). The stateful operators that run come from the query's plan.
     operator: OperatorName | None = Field(None, description=", ".join(NAMES[:-1]) + " or " + NAMES[-1])
     watermark: Duration = Field(description="a Spark interval such as '10 minutes'")
+    # An event time more than this past the processing time is a bad record (the source's on_bad_record),
+    # so that one wrong clock cannot move the watermark past every later event; null: no bound.
+    max_event_time_ahead: Duration | None = Field("1 day", description="a Spark interval such as '1 day', or null")
     window: Duration = Field("1 minute", description="a Spark interval such as '1 minute'")
     join: JoinSettings = Field(default_factory=JoinSettings)
     custom_state: CustomStateSettings = Field(default_factory=CustomStateSettings)
@@ -345,6 +348,13 @@ class QuerySettings(Section):
     @classmethod
     def _trigger(cls, value: str) -> str:
         return value if value == AVAILABLE_NOW else _duration(value)
+
+    @field_validator("max_event_time_ahead", mode="before")
+    @classmethod
+    def _no_bound(cls, value: Any) -> Any:
+        """none or off (YAML reads an unquoted off as false) say no bound, as null does."""
+        words = ("none", "off", "null")
+        return None if value is False or (isinstance(value, str) and value.strip().lower() in words) else value
 
     def state_span(self) -> str | None:
         """The duration a state row lives on top of the watermark (the window, the join range, the

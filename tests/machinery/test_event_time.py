@@ -1,0 +1,210 @@
+"""Event time a job can trust: rows without one, or with one far ahead, are bad records; late rows are counted.
+
+A row whose event time is null or missing, or lies more than query.max_event_time_ahead past the
+processing time, follows the source's on_bad_record: fail stops the batch uncommitted with a line
+naming the file (or Kafka partition and offset) and the row; drop drops it and counts it on the
+progress line. Rows the stateful operators drop as late (behind the watermark) are counted there too,
+and the watchdog says so loudly when they jump. The streaming case runs the job as `python main.py`
+on real files and compares the output with the same query run as a batch job on the good files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+from stream_job.machinery.cli.run import bad_record_advice
+from stream_job.machinery.endpoints.output import read_output
+from stream_job.machinery.endpoints.sources import with_usable_event_time
+from stream_job.machinery.runtime.progress import format_progress
+from stream_job.machinery.runtime.watchdog import StateWatchdog
+from stream_job.machinery.settings import SettingsError, load_settings
+from stream_job.query import EVENT_SCHEMA
+
+from .conftest import (
+    ANY_PROVIDER,
+    BAKED_OPERATOR,
+    batch_expectation,
+    clean_env,
+    committed_batches,
+    deep_merge,
+    files_job,
+    run_python,
+)
+
+# A null and a missing event time, a year-2100 one, epoch milliseconds read as seconds (year ~57970),
+# and one from 1900 (a usable time, but behind any watermark: the stateful operator drops it as late).
+NULL_TIME = {"event_id": "evt-null", "key": "key-0", "event_time": None}
+BAD_LINES = [
+    json.dumps(NULL_TIME),
+    json.dumps({"event_id": "evt-missing", "key": "key-1"}),
+    json.dumps({"event_id": "evt-2100", "key": "key-2", "event_time": "2100-01-01T00:00:00Z"}),
+    json.dumps({"event_id": "evt-ms", "key": "key-3", "event_time": 1767225600000}),
+    json.dumps({"event_id": "evt-1900", "key": "key-0", "event_time": "1900-01-01T00:00:00Z"}),
+]
+ADVICE_END = (
+    "; source.files.on_bad_record is fail, so the batch stopped uncommitted (nothing of it was written). Fix or"
+    " remove the row at its source, or set on_bad_record to drop to skip and count such rows; the next start"
+    " runs the batch again."
+)
+
+
+def progress(batch: int, inputs: int, late: int, observed: dict | None = None) -> dict:
+    """A progress event as Spark writes it, with the figures the line and the watchdog read."""
+    operator = {
+        "numRowsTotal": 4,
+        "memoryUsedBytes": 2048,
+        "numShufflePartitions": 2,
+        "numRowsDroppedByWatermark": late,
+    }
+    return {
+        "batchId": batch,
+        "numInputRows": inputs,
+        "processedRowsPerSecond": 10.0,
+        "batchDuration": 1000,
+        "eventTime": {"watermark": "2026-01-01T00:01:00.000Z"},
+        "stateOperators": [operator],
+        "observedMetrics": observed or {},
+    }
+
+
+def test_the_progress_line_counts_dropped_rows_and_the_watchdog_warns_when_late_rows_jump():
+    quiet = progress(0, 40, 0)
+    assert format_progress(quiet) == "batch 0: 40 input rows, 10 rows/s, state 4 rows / 0.0 MiB, took 1.00 s"
+    observed = {
+        "source.event_time": {"without_event_time": 2, "event_time_ahead": 1},
+        "join_source.event_time": {"without_event_time": 1, "event_time_ahead": 0},
+    }
+    assert format_progress(progress(1, 1200, 1234, observed)).endswith(
+        "took 1.00 s, dropped 1,234 late (behind the watermark), 3 without an event time,"
+        " 1 with an event time too far ahead"
+    )
+
+    watchdog = StateWatchdog(None, "hdfs", 2.0, 0.8)
+    late = {}
+    # From 0 to some: loud. Some after some, a small share: quiet. Past a tenth of the input after
+    # less: loud again. Still past it: quiet. None, then some: loud.
+    for batch, (inputs, dropped) in enumerate([(40, 0), (40, 1), (40, 2), (40, 30), (40, 40), (40, 0), (40, 1)]):
+        late[batch] = [
+            warning for warning in watchdog.check(progress(batch, inputs, dropped)) if warning.kind == "late_rows"
+        ]
+    assert [batch for batch, warnings in late.items() if warnings] == [1, 3, 6]
+    (first,) = late[1]
+    assert first.loud
+    assert first.message == (
+        "LATE ROWS: batch 1 dropped 1 row as late (of 40 input rows): their event time is behind the watermark,"
+        " 2026-01-01T00:01:00.000Z, so they are not in the output. If they are not that old, an event far ahead"
+        " moved the watermark (query.max_event_time_ahead bounds it); if they are, an input arrives later than"
+        " query.watermark allows: raise it."
+    )
+
+
+def test_max_event_time_ahead_takes_a_duration_or_no_bound(make_settings, write_settings):
+    assert make_settings().query.max_event_time_ahead == "1 day"
+    for off in (None, "none", "off", "null"):
+        assert make_settings({"query": {"max_event_time_ahead": off}}).query.max_event_time_ahead is None
+    path = write_settings()
+    path.write_text(path.read_text().replace("max_event_time_ahead: 1 day", "max_event_time_ahead: off"))
+    assert "max_event_time_ahead: off\n" in path.read_text()
+    assert load_settings(path).query.max_event_time_ahead is None
+    with pytest.raises(SettingsError, match="max_event_time_ahead"):
+        make_settings({"query": {"max_event_time_ahead": "1 d"}})
+
+
+def test_an_event_time_far_ahead_fails_naming_the_row_or_is_dropped(spark, make_settings):
+    settings = make_settings({"source": {"type": "files"}})
+    rows = [
+        {"event_id": "e1", "key": "k", "event_time": "2026-01-01T00:00:05Z"},
+        {"event_id": "e2", "key": "k", "event_time": "2100-01-01T00:00:00Z"},
+    ]
+    raw = spark.createDataFrame([(json.dumps(row),) for row in rows], "value string")
+    events = raw.select(F.from_json("value", EVENT_SCHEMA).alias("e")).select("e.*")
+    origin = F.lit("file:///landing/events-7.json")
+
+    kept = with_usable_event_time(events, EVENT_SCHEMA, "drop", origin, "source", "1 day")
+    assert [row.event_id for row in kept.collect()] == ["e1"]
+    assert with_usable_event_time(events, EVENT_SCHEMA, "drop", origin, "source", None).count() == 2
+
+    with pytest.raises((PySparkException, Py4JJavaError)) as failed:
+        with_usable_event_time(events, EVENT_SCHEMA, "fail", origin, "source", "1 day").collect()
+    (line,) = bad_record_advice(str(failed.value), settings)
+    assert line == (
+        "bad record: file:///landing/events-7.json holds a row without a usable event time, event_time"
+        " 2100-01-01 00:00:00 is more than 1 day ahead of the processing time (query.max_event_time_ahead,"
+        " 1 day, is how far ahead of the processing time an event may be; epoch milliseconds read as seconds"
+        ' land some 50,000 years ahead): {"event_id":"e2","key":"k","event_time":"2100-01-01T00:00:00.000Z"}'
+        + ADVICE_END
+    )
+
+
+def retime(files: list[Path]) -> None:
+    """Give files modification times a second apart, in this order: the files source reads them so."""
+    start = time.time() - len(files)
+    for number, path in enumerate(files):
+        os.utime(path, (start + number, start + number))
+
+
+@pytest.mark.operator
+@pytest.mark.streaming
+def test_rows_without_a_usable_event_time_fail_the_batch_or_are_dropped_and_counted(
+    spark, make_settings, write_settings, tmp_path
+):
+    """Files: null, missing, 2100 and epoch-ms event times and a 1900 one, in a file between good ones.
+
+    fail: exit 1, the line naming the file and the row, the batch uncommitted and none of it
+    written. Then drop, on the same checkpoint: the bad rows dropped and counted, the 1900 one
+    counted as late with the watchdog's warning, and every later good event in the output (the
+    2100 event did not move the watermark): the output equals the batch job on the good files.
+    """
+    if BAKED_OPERATOR not in ("windowed_aggregation", "deduplication"):
+        pytest.skip("the sources' check is the same for every operator; a 1900 event is late for these two")
+    changes = files_job(tmp_path, "parquet", ANY_PROVIDER, files=3)
+    landing = Path(changes["source"]["files"]["path"])
+    good = sorted(landing.glob("events-*.json"))
+    shutil.copytree(landing, tmp_path / "good")
+    expected = batch_expectation(
+        spark, make_settings(deep_merge(changes, {"source": {"files": {"path": str(tmp_path / "good")}}}))
+    )
+    bad = landing / "events-bad.json"
+    bad.write_text("\n".join(BAD_LINES) + "\n")
+    retime([good[0], bad, *good[1:]])  # the bad file is batch 1, before two files of later events
+    checkpoint, output = tmp_path / "checkpoint", tmp_path / "output"
+
+    failed = run_python("main.py", "--settings", str(write_settings(changes)), env=clean_env())
+
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert failed.stderr.strip().splitlines()[-1] == (
+        f"bad record: file://{bad} holds a row without a usable event time, event_time is null or missing:"
+        ' {"event_id":"evt-null","key":"key-0","event_time":null}' + ADVICE_END
+    )
+    assert committed_batches(checkpoint) == [0]
+    assert not (output / "_spark_metadata" / "1").exists()
+
+    changes["source"]["files"]["on_bad_record"] = "drop"
+    dropped = run_python("main.py", "--settings", str(write_settings(changes)), env=clean_env())
+
+    assert dropped.returncode == 0, dropped.stderr[-3000:]
+    (line,) = [line for line in dropped.stdout.splitlines() if line.startswith("batch 1: ")]
+    assert line.startswith("batch 1: 5 input rows, ")
+    assert line.endswith(
+        ", dropped 1 late (behind the watermark), 2 without an event time, 2 with an event time too far ahead"
+    )
+    others = [line for line in dropped.stdout.splitlines() if re.match(r"batch [02-9]", line)]
+    assert others and not any(", dropped " in line for line in others)
+    warnings = [line for line in dropped.stderr.splitlines() if line.startswith("LATE ROWS: ")]
+    assert warnings == [
+        "LATE ROWS: batch 1 dropped 1 row as late (of 5 input rows): their event time is behind the watermark,"
+        " 2026-01-01T00:00:57.000Z, so they are not in the output. If they are not that old, an event far ahead"
+        " moved the watermark (query.max_event_time_ahead bounds it); if they are, an input arrives later than"
+        " query.watermark allows: raise it."
+    ]
+    assertDataFrameEqual(read_output(spark, make_settings(changes).sink), expected)

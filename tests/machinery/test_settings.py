@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 from stream_job.machinery.settings import ENV_PREFIX, SettingsError, load_settings
 
-from .conftest import BAKED_OPERATOR, PROJECT_DIR, PROJECT_SETTINGS, deep_merge, run_python
+from .conftest import BAKED_OPERATOR, PROJECT_DIR, PROJECT_SETTINGS, clean_env, deep_merge, digest, run_python
 
 
 def test_generated_settings_load():
@@ -166,6 +168,23 @@ BAD_VALUES = [
         {"query": {"custom_state": {"session_timeout": "0 seconds"}}},
         "query.custom_state.session_timeout = '0 seconds': '0 seconds' must be longer than zero",
     ),
+    # Numbers that pass `greater than zero` and broke the sizing, or Spark, once it had started.
+    (
+        {"capacity": {"state_growth_factor": float("inf")}},
+        "capacity.state_growth_factor = inf: Input should be a finite number",
+    ),
+    (
+        {"capacity": {"input_rows_per_second": float("nan")}},
+        "capacity.input_rows_per_second = nan: Input should be a finite number",
+    ),
+    (
+        {"spark": {"shuffle_partitions": 99999999999999999999}},
+        "spark.shuffle_partitions = 99999999999999999999: Input should be less than or equal to 2147483647",
+    ),
+    (
+        {"spark": {"conf": {"spark.sql.session.timeZone": None}}},
+        "spark.conf.spark.sql.session.timeZone = None: a Spark conf value is text, a number or true/false",
+    ),
 ]
 # Rules about the operator, which the code declares: each runs in the bake of its operator.
 OPERATOR_BAD_VALUES = [
@@ -245,6 +264,34 @@ BAD_ENVIRONMENT = [
         f"environment variable {ENV_PREFIX}QUERYY__WATERMARK: names no settings"
         f" section (did you mean {ENV_PREFIX}QUERY__...?)",
     ),
+    # A mapping or a list given as text that is not JSON (pydantic-settings named only the section).
+    (
+        {"SPARK__CONF": "not json"},
+        f"environment variable {ENV_PREFIX}SPARK__CONF = 'not json': not JSON, and spark.conf is a mapping of Spark"
+        f""" conf names to values; give JSON such as '{{"name": "value"}}', or set one key as"""
+        f" {ENV_PREFIX}SPARK__CONF__<KEY>",
+    ),
+    (
+        {"CAPACITY__OPERATORS": "deduplication"},
+        f"environment variable {ENV_PREFIX}CAPACITY__OPERATORS = 'deduplication': not JSON, and capacity.operators is"
+        " a list of one entry per stateful operator of the query; give JSON such as '[...]'",
+    ),
+    # A bad value inside the variable's JSON: the variable is named, not settings.yaml.
+    (
+        {"SPARK__CONF": '{"spark.sql.session.timeZone": ["UTC"]}'},
+        "spark.conf.spark.sql.session.timeZone = ['UTC']: a Spark conf value is text, a number or true/false"
+        f" (from environment variable {ENV_PREFIX}SPARK__CONF)",
+    ),
+    (
+        {"CAPACITY__STATE_GROWTH_FACTOR": "inf"},
+        "capacity.state_growth_factor = 'inf': Input should be a finite number"
+        f" (from environment variable {ENV_PREFIX}CAPACITY__STATE_GROWTH_FACTOR)",
+    ),
+    (
+        {"SPARK__SHUFFLE_PARTITIONS": "99999999999999999999"},
+        "spark.shuffle_partitions = '99999999999999999999': Input should be less than or equal to 2147483647"
+        f" (from environment variable {ENV_PREFIX}SPARK__SHUFFLE_PARTITIONS)",
+    ),
 ]
 
 
@@ -254,12 +301,13 @@ def run_main_without_java(path: Path, tmp_path: Path, env: dict[str, str] | None
     return run_python("main.py", "--settings", str(path), env=bare)
 
 
-def assert_refused_before_spark(result, expected: str, checkpoint: Path) -> None:
-    """Exit 2, every stderr line a `settings error:` line, one of them the expected, nothing created."""
+def assert_refused_before_spark(result, expected: str, checkpoint: Path, one_line: bool = True) -> None:
+    """Exit 2, one `settings error:` line on stderr (or one per bad field), the expected in it, nothing created."""
     assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
     assert lines and all(line.startswith("settings error: ") for line in lines), lines
     assert any(expected in line for line in lines), lines
+    assert len(lines) == 1 or not one_line, lines
     assert not checkpoint.exists()
 
 
@@ -356,7 +404,212 @@ def test_missing_section_is_named(write_settings, tmp_path):
 def test_unusable_files(tmp_path, content, expected):
     path = tmp_path / "settings.yaml"
     path.write_bytes(content)
-    assert_refused_before_spark(run_main_without_java(path, tmp_path), expected, tmp_path / "checkpoints")
+    assert_refused_before_spark(
+        run_main_without_java(path, tmp_path), expected, tmp_path / "checkpoints", one_line=False
+    )
+
+
+def test_a_key_given_twice_is_refused_naming_it_and_its_lines(tmp_path):
+    """PyYAML keeps the last of two equal keys: a second `spark:` section would reset the first's keys."""
+    text = PROJECT_SETTINGS.read_text()
+    lines = text.splitlines()
+    spark_line = lines.index("spark:") + 1
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(f"{text}spark:\n  shuffle_partitions: 4\n")
+    partitions_line = next(number for number, line in enumerate(lines, 1) if line.startswith("  shuffle_partitions:"))
+    repeated = tmp_path / "repeated.yaml"
+    repeated.write_text(text.replace("  shuffle_partitions:", "  shuffle_partitions: 4\n  shuffle_partitions:", 1))
+    for path, expected in (
+        (
+            twice,
+            f"key spark appears twice, at lines {spark_line} and {len(lines) + 1}: the second section would silently"
+            " replace the whole first one; merge them into one",
+        ),
+        (
+            repeated,
+            f"key spark.shuffle_partitions appears twice, at lines {partitions_line} and {partitions_line + 1}: the"
+            " second would silently win; keep one",
+        ),
+    ):
+        result = run_main_without_java(path, tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [f"settings error: settings file {path}: {expected}"]
+        assert not (tmp_path / "checkpoints").exists()
+
+
+def test_aliases_that_expand_too_far_are_refused_at_once(tmp_path):
+    """A "billion laughs" file, 9 aliases on each of 9 levels (9^9 values), is one short line in well
+    under a second of work; aliases that stay small still load."""
+    levels = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]" for n in range(1, 9)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(levels) + "\n" + PROJECT_SETTINGS.read_text())
+    started = time.monotonic()
+    result = run_main_without_java(bomb, tmp_path)
+    assert time.monotonic() - started < 30  # the Python start dominates; unbounded, it allocates gigabytes
+    assert result.returncode == 2, result.stderr[:2000]
+    assert result.stderr.splitlines() == [
+        f"settings error: settings file {bomb}: its aliases expand to more than 10,000 values (at *l3, line 5);"
+        " write the values out, or repeat fewer"
+    ]
+    small = tmp_path / "small.yaml"
+    text = PROJECT_SETTINGS.read_text().replace("spark:", "spark: &spark", 1)
+    small.write_text(text.replace("\nsink:", "\nunused: *spark\nsink:", 1))
+    (line,) = settings_error_lines(small)
+    assert line == f"unused: unknown key (in {small}); remove it"
+
+
+def settings_error_lines(path: Path) -> list[str]:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path)
+    return caught.value.lines
+
+
+def test_a_path_starting_with_a_tilde_is_in_the_home_folder(write_settings, tmp_path):
+    home = tmp_path / "home"
+    (home / "landing").mkdir(parents=True)
+    changes = {
+        "source": {"type": "files", "files": {"path": "~/landing", "clean_source": "archive", "archive_dir": "~/done"}},
+        "sink": {"path": "~/output"},
+        "query": {"checkpoint_location": "~/checkpoint"},
+    }
+    result = run_python("-m", "stream_job", "config", "--settings", str(write_settings(changes)), env=_home(home))
+    assert result.returncode == 0, result.stderr
+    for setting in ("path: " + str(home / "landing"), f"archive_dir: {home / 'done'}", f"path: {home / 'output'}"):
+        assert setting in result.stdout
+    assert f"checkpoint_location: {home / 'checkpoint'}" in result.stdout
+    assert "~" not in result.stdout
+    missing = deep_merge(changes, {"source": {"files": {"path": "~/no-landing"}}})
+    result = run_main_without_java(write_settings(missing), tmp_path, {"HOME": str(home)})
+    assert result.stderr.splitlines() == [
+        f"settings error: source.files.path = '{home / 'no-landing'}': no such directory; create it (files landing"
+        " there are read in order of arrival) or fix the path"
+    ]
+    assert not (home / "checkpoint").exists()
+
+
+def _home(home: Path) -> dict[str, str]:
+    return {**clean_env(), "HOME": str(home)}
+
+
+# Folders one inside another, or the same: (settings changes with {root} for tmp_path, the line).
+OVERLAPS = {
+    "output-inside-checkpoint": (
+        {"sink": {"path": "{root}/checkpoint/output"}},
+        "sink.path = '{root}/checkpoint/output': is inside query.checkpoint_location '{root}/checkpoint': the"
+        " output's files and the checkpoint's would mix, and removing or restoring the checkpoint would take the"
+        " output with it; give each its own directory, side by side",
+    ),
+    "checkpoint-inside-output": (
+        {"sink": {"path": "{root}"}},
+        "query.checkpoint_location = '{root}/checkpoint': is inside sink.path '{root}': the output's files and the"
+        " checkpoint's would mix, and removing or restoring the checkpoint would take the output with it; give"
+        " each its own directory, side by side",
+    ),
+    "landing-is-output": (
+        {"source": {"type": "files", "files": {"path": "{root}/output"}}, "sink": {"path": "{root}/output"}},
+        "source.files.path = '{root}/output': is the same directory as sink.path '{root}/output': every file landing"
+        " there would be ignored for good (Spark reads a folder holding a sink's log as that sink's output, and"
+        " nothing else); give each its own directory, side by side",
+    ),
+    "landing-inside-output": (
+        {"source": {"type": "files", "files": {"path": "{root}/output/landing"}}, "sink": {"path": "{root}/output"}},
+        "source.files.path = '{root}/output/landing': is inside sink.path '{root}/output': the input files would mix"
+        " with those of sink.path; give each its own directory, side by side",
+    ),
+    "output-inside-landing": (
+        {"source": {"type": "files", "files": {"path": "{root}/landing"}}, "sink": {"path": "{root}/landing/out"}},
+        "sink.path = '{root}/landing/out': is inside source.files.path '{root}/landing': the source would read the"
+        " files of sink.path as input; give each its own directory, side by side",
+    ),
+    "landing-inside-checkpoint": (
+        {"source": {"type": "files", "files": {"path": "{root}/checkpoint/landing"}}},
+        "source.files.path = '{root}/checkpoint/landing': is inside query.checkpoint_location '{root}/checkpoint':"
+        " the input files would mix with those of query.checkpoint_location; give each its own directory, side by"
+        " side",
+    ),
+}
+
+
+@pytest.mark.parametrize(("changes", "expected"), OVERLAPS.values(), ids=OVERLAPS.keys())
+def test_folders_inside_each_other_are_refused(write_settings, tmp_path, changes, expected):
+    """Each a real run refused in one line, the folders as they were (a landing folder that is the output
+    ran with exit 0, no batch, every input ignored for good)."""
+    (tmp_path / "output").mkdir()
+    (tmp_path / "landing").mkdir()
+    text = json.dumps(deep_merge({"query": {"checkpoint_location": "{root}/checkpoint"}}, changes))
+    path = write_settings(json.loads(text.replace("{root}", str(tmp_path))))
+    before = digest(tmp_path)
+    result = run_main_without_java(path, tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"settings error: {expected.format(root=tmp_path)}"]
+    assert digest(tmp_path) == before
+    assert not (tmp_path / "checkpoint").exists()
+
+
+def test_a_partition_count_no_batch_gets_through_is_refused_before_the_first_run(write_settings, tmp_path):
+    """100,000 partitions on local[2] ran (batch 0 never ended, and the count was pinned for good): refused
+    before Spark, with the count to set."""
+    checkpoint = tmp_path / "checkpoint"
+    local = {
+        "spark": {"master": "local[2]", "shuffle_partitions": 100_000},
+        "query": {"checkpoint_location": str(checkpoint)},
+    }
+    result = run_main_without_java(write_settings(local), tmp_path)
+    assert result.stderr.splitlines() == [
+        "settings error: spark.shuffle_partitions = 100000: 100,000 partitions on up to 2 cores: every batch would"
+        " run 50,000 waves of state-store tasks per stateful operator, more than 1,000: batch 0 would not finish;"
+        f" the first run would pin the count into checkpoint {checkpoint}: set it to 4 (2 per core)"
+    ]
+    assert result.returncode == 2
+    cluster = deep_merge(local, {"spark": {"master": "spark://nowhere:7077"}, "capacity": {"max_cores": None}})
+    result = run_main_without_java(write_settings(cluster), tmp_path)
+    assert result.stderr.splitlines() == [
+        "settings error: spark.shuffle_partitions = 100000: 100,000 partitions are more than 20,000 (2 per core on"
+        " 10,000 cores), each a state-store task in every batch; the first run would pin the count into checkpoint"
+        f" {checkpoint}: set it to what python -m stream_job estimate advises (with capacity.max_cores, the cores it"
+        " runs on)"
+    ]
+    assert result.returncode == 2
+    assert not checkpoint.exists()
+    # --local-partitions replaces the count: the run goes on to Spark (no Java here: exit 3).
+    result = run_python(
+        "main.py", "--settings", str(write_settings(local)), "--local-partitions", env=_no_java(tmp_path)
+    )
+    assert result.returncode == 3, result.stderr
+
+
+def test_a_partition_count_of_many_waves_is_warned_about_and_a_pinned_one_told_the_way_out(write_settings, tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    changes = {
+        "spark": {"master": "local[2]", "shuffle_partitions": 200},
+        "state_store": {"provider": "rocksdb"},
+        "query": {"checkpoint_location": str(checkpoint)},
+    }
+    result = run_main_without_java(write_settings(changes), tmp_path)
+    assert result.returncode == 3, result.stderr  # on to Spark: no Java here
+    assert (
+        "partitions: WARNING: 200 partitions on up to 2 cores: every batch runs 100 waves of state-store tasks per"
+        " stateful operator, each with its fixed cost, and this first run pins the count into checkpoint"
+        f" {checkpoint}; if that is not meant, stop now and set spark.shuffle_partitions to 4 (2 per core)\n"
+    ) in result.stdout
+    # A checkpoint that pins a count no batch gets through already: the run goes on, told the way out.
+    (checkpoint / "offsets").mkdir(parents=True)
+    pinned = {"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {"spark.sql.shuffle.partitions": "100000"}}
+    (checkpoint / "offsets" / "0").write_text(f"v1\n{json.dumps(pinned)}\n")
+    changes["spark"]["shuffle_partitions"] = 100_000
+    result = run_main_without_java(write_settings(changes), tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert (
+        f"partitions: WARNING: checkpoint {checkpoint} pins 100000 shuffle partitions: 100,000 partitions on up to 2"
+        " cores: every batch would run 50,000 waves of state-store tasks per stateful operator, more than 1,000:"
+        " batch 0 would not finish; stop the job and move the state into fewer partitions: python -m stream_job"
+        " repartition --partitions N\n"
+    ) in result.stdout
+
+
+def _no_java(tmp_path: Path) -> dict[str, str]:
+    return {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
 
 
 def test_missing_file(tmp_path):
@@ -378,7 +631,7 @@ def test_bad_settings_exit_2_with_one_line_per_field_and_no_spark(write_settings
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"settings error: spark.shuffle_partitions = 0: Input should be greater than 0 (in {path});"
-        " expected a whole number of partitions greater than zero"
+        " expected a whole number of partitions greater than zero (python -m stream_job estimate advises one)"
     ]
     assert "Traceback" not in result.stderr
     assert not checkpoint.exists()

@@ -12,6 +12,7 @@ in use, or a repartition was refused (nothing was started or changed).
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from ..checkpoint.guard import CheckpointUnreadable
@@ -70,6 +71,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CHECKPOINT_DRIFT
     except InspectError as error:
         print(f"inspect error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except PermissionError as error:  # reading the checkpoint (the guard, inspect), copying it (repartition)
+        print(
+            f"permission error: {error.filename}: {error.strerror} for this user (nothing is damaged); give the user"
+            f" that runs the job access: chmod -R u+rwX {shlex.quote(str(error.filename))} (or chown -R it to that"
+            " user)",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     except QueryRefused as error:
         print(

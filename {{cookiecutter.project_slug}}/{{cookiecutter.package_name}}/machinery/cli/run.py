@@ -13,8 +13,16 @@ from ..checkpoint.guard import RESTORE_OR_RESTART, GuardReport, check_checkpoint
 from ..checkpoint.run_lock import holding
 from ..contract import PACKAGE, QUERY_MODULE
 from ..endpoints.delta_writer import require_deltalake
+from ..runtime.java import launched_by_spark_submit
 from ..settings import Settings, SettingsError, load_settings, nearest_existing_folder
-from ..sizing.partitions import TASKS_PER_CORE, for_cores, local_cores
+from ..sizing.partitions import (
+    TASKS_PER_CORE,
+    TOO_MANY_FACTOR,
+    beyond_any_batch,
+    for_cores,
+    local_cores,
+    too_many_waves,
+)
 from ..text import first_line
 from .arguments import (
     EXIT_BAD_INPUT,
@@ -48,7 +56,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if problems:
         raise SettingsError(problems)
     remarks_to = settings.monitoring.remarks_to(sys.stdout)
-    if not guard_passes(check_checkpoint(settings), remarks_to):
+    report = check_checkpoint(settings)
+    for remark in partition_remarks(settings, report):
+        print(f"partitions: {remark}", file=remarks_to)
+    if not guard_passes(report, remarks_to):
         return EXIT_CHECKPOINT_DRIFT
     if settings.sink.delta_writer == "deltalake":
         require_deltalake()
@@ -125,6 +136,45 @@ def with_local_partitions(settings: Settings, remarks_to: TextIO) -> Settings:
     return settings.model_copy(update={"spark": spark})
 
 
+def partition_remarks(settings: Settings, report: GuardReport) -> list[str]:
+    """spark.shuffle_partitions against the cores the job runs on. Before the first run pins it, a
+    count no batch gets through is refused (SettingsError) and one that makes every batch pay many
+    waves of tasks is warned about, as estimate does; a checkpoint that pins such a count is told the
+    way out. A checkpoint that pins another count is the guard's."""
+    count = settings.spark.shuffle_partitions
+    local = None if launched_by_spark_submit() else local_cores(settings.spark.master)
+    cores = local or settings.capacity.max_cores
+    beyond = beyond_any_batch(count, cores)
+    advised = (
+        f"{for_cores(cores)} ({TASKS_PER_CORE} per core)"
+        if cores
+        else f"what python -m {PACKAGE} estimate advises (with capacity.max_cores, the cores it runs on)"
+    )
+    checkpoint = settings.query.checkpoint_location
+    if report.last_batch is None:
+        if beyond:
+            raise SettingsError(
+                [
+                    f"spark.shuffle_partitions = {count}: {beyond}; the first run would pin the count into"
+                    f" checkpoint {checkpoint}: set it to {advised}"
+                ]
+            )
+        if cores and count > TOO_MANY_FACTOR * for_cores(cores):
+            return [
+                f"WARNING: {too_many_waves(count, cores)}, and this first run pins the count into checkpoint"
+                f" {checkpoint}; if that is not meant, stop now and set spark.shuffle_partitions to {advised}"
+            ]
+        return []
+    if beyond and not any(drift.setting == "spark.shuffle_partitions" for drift in report.drifts):
+        way_out = (
+            f"stop the job and move the state into fewer partitions: python -m {PACKAGE} repartition --partitions N"
+            if settings.state_store.provider == "rocksdb"
+            else "a checkpoint of the hdfs store cannot be repartitioned: start a new checkpoint and reprocess"
+        )
+        return [f"WARNING: checkpoint {checkpoint} pins {count} shuffle partitions: {beyond}; {way_out}"]
+    return []
+
+
 def guard_passes(report: GuardReport, notes_to: TextIO | None = None) -> bool:
     """Print the guard's notes (on stdout unless told), and each drift as one line on stderr; True
     when there is none."""
@@ -154,6 +204,8 @@ def damaged_checkpoint_advice(message: str, checkpoint: str) -> list[str]:
     state"); then the state files of zero bytes are named, or else the state folder.
     """
     root = checkpoint.removeprefix("file:").rstrip("/")
+    if any(reason in message for reason in NOT_WRITABLE):
+        return permission_advice(message, root)
     paths = {"/" + path.lstrip("/").rstrip(".,;:)") for path in re.findall(r"(?:file:)?(/[^\s'\"]+)", message)}
     named = sorted(_state_version(path) for path in paths if path.startswith(root + "/"))
     if not named and "CANNOT_LOAD_STATE_STORE" in message and "://" not in root:
@@ -164,6 +216,28 @@ def damaged_checkpoint_advice(message: str, checkpoint: str) -> list[str]:
         *(f"checkpoint file: {path}" for path in named),
         f"The checkpoint is damaged there; nothing was committed past it. To recover, {RESTORE_OR_RESTART}"
         " (the output already written stays).",
+    ]
+
+
+# What the file system says when this user may not write somewhere: not damage.
+NOT_WRITABLE = ("Permission denied", "Read-only file system")
+
+
+def permission_advice(message: str, checkpoint: str) -> list[str]:
+    """A folder this user may not write in (a chmod, another owner, a read-only mount): the folders
+    Spark names, and the fix, which restores nothing."""
+    named = re.findall(r"(?:file:)?(/[^\n]*?) \((Permission denied|Read-only file system)\)", message)
+    folders = sorted({str(Path(path).parent) for path, _ in named})
+    target = checkpoint if all(folder.startswith(checkpoint + "/") for folder in folders) else " ".join(folders)
+    if any(reason == "Read-only file system" for _, reason in named) or "Permission denied" not in message:
+        fix = f"remount the file system of {target} read-write (or move it to one that is)"
+    else:
+        fix = f"give the user that runs the job write access: chmod -R u+rwX '{target}' (or chown -R it to that user)"
+    return [
+        *(f"not writable: {folder}" for folder in folders),
+        f"This user may not write there ({' / '.join(sorted({reason for _, reason in named}) or NOT_WRITABLE)}):"
+        f" nothing is damaged, and nothing was committed past the last batch. To go on, {fix}, then start again;"
+        " the batch runs again.",
     ]
 
 

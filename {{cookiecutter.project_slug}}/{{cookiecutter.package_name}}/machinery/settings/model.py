@@ -9,13 +9,23 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ..contract import QUERY_MODULE, user_query
@@ -45,6 +55,8 @@ MANAGED_CONFS = {
 }
 MANAGED_PREFIXES = {"spark.sql.streaming.stateStore.rocksdb.": "state_store.rocksdb"}
 ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# spark.sql.shuffle.partitions is a Java int: Spark refuses a larger count only once it has started.
+SPARK_INT_MAX = 2**31 - 1
 # Conf names whose values are credentials: Spark's own redaction pattern, plus the account and
 # private keys of Azure and Google Cloud storage.
 SECRET_CONF = re.compile(r"(?i)secret|password|token|access[.]?key|account[.]key|private[.]key")
@@ -59,7 +71,8 @@ class SettingsError(Exception):
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # A rate or a factor of inf or nan would pass `gt=0` and fail in the sizing's arithmetic, after Spark started.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def _duration(value: str) -> str:
@@ -70,16 +83,29 @@ def _duration(value: str) -> str:
 Duration = Annotated[str, AfterValidator(_duration)]
 
 
+def _conf_scalar(value: Any) -> Any:
+    if value is None or isinstance(value, dict | list):
+        raise ValueError("a Spark conf value is text, a number or true/false")
+    return value
+
+
+# One line for a bad value, not one per member of the union.
+ConfValue = Annotated[str | int | float | bool, BeforeValidator(_conf_scalar)]
+
+
 class SparkSettings(Section):
     app_name: str = Field(PACKAGE, min_length=1, description="the Spark application name")
     master: str = Field(
         "local[2]", min_length=1, description="a Spark master URL such as local[2] or spark://host:7077"
     )
     platform: Literal["oss", "databricks"] = Field("oss", description="oss or databricks")
-    shuffle_partitions: int = Field(200, gt=0, description="a whole number of partitions greater than zero")
-    conf: dict[str, str | int | float | bool] = Field(
-        default_factory=dict, description="a mapping of Spark conf names to values"
+    shuffle_partitions: int = Field(
+        200,
+        gt=0,
+        le=SPARK_INT_MAX,
+        description=f"a whole number of partitions greater than zero (python -m {PACKAGE} estimate advises one)",
     )
+    conf: dict[str, ConfValue] = Field(default_factory=dict, description="a mapping of Spark conf names to values")
     # Confs whose values are secrets (cloud storage keys): conf name -> NAME of the environment variable.
     secret_conf: dict[str, Annotated[str, Field(pattern=ENV_VAR_NAME)]] = Field(
         default_factory=dict, description="a mapping of Spark conf names to environment variable NAMES"
@@ -609,6 +635,19 @@ def _write_problems(setting: str, location: str) -> list[str]:
             f"{setting} = {location!r}: cannot write in {folder} ({error.strerror}); choose a directory this"
             " user can write to, or fix its permissions"
         ]
+    if folder != Path(location.removeprefix("file:")):
+        return []
+    # The job also writes inside: a checkpoint's logs and state folders, a sink's log. A folder there
+    # made read-only (or owned by another user) fails the batch, which reads like damage.
+    inside = [folder] if setting == "query.checkpoint_location" else [folder / "_spark_metadata", folder / "_delta_log"]
+    for top in (path for path in inside if path.is_dir()):
+        for sub, _, _ in os.walk(top):
+            if not os.access(sub, os.W_OK | os.X_OK):
+                return [
+                    f"{setting} = {location!r}: this user cannot write in {sub}, where the job writes; give it write"
+                    f" access to the whole folder (chmod -R u+rwX {shlex.quote(str(folder))}, or chown -R it to this"
+                    " user)"
+                ]
     return []
 
 

@@ -34,6 +34,14 @@ UNKNOWN_CORES_PARTITIONS = 200
 ROCKSDB_COMFORT_BYTES = 8 * 1024**3
 # An explicit count above this multiple of the advice is warned about: every batch pays for it.
 TOO_MANY_FACTOR = 2
+# A count no first batch gets through, refused before a run pins it: more waves of state-store tasks
+# per batch than this on the cores the job runs on. At tens of milliseconds of fixed cost per task
+# (scheduling, loading and committing a store), 1,000 waves are many minutes per stateful operator
+# before any row counts; 100,000 partitions on local[2] are 50,000 waves, and batch 0 never ends.
+MAX_WAVES = 1000
+# The same bound when the cores are not known (a cluster master, no capacity.max_cores): the
+# partitions of TASKS_PER_CORE tasks on 10,000 cores.
+MAX_UNKNOWN_CORES_PARTITIONS = 20_000
 LOCAL_MASTER = re.compile(r"^local(?:\[(\d+|\*)(?:,\d+)?\])?$")
 
 
@@ -105,11 +113,10 @@ def against(advice: PartitionAdvice, partitions: int, sizing: Estimate) -> list[
             f" than {num(partitions)} of them"
         )
     if cores is not None and partitions > TOO_MANY_FACTOR * advice.recommended:
-        found.append(
-            f"{num(partitions)} partitions on up to {num(cores)} cores: every batch runs"
-            f" {num(math.ceil(partitions / cores))} waves of state-store tasks per stateful operator,"
-            " each with its fixed cost"
-        )
+        found.append(too_many_waves(partitions, cores))
+    beyond = None if cores is not None else beyond_any_batch(partitions, None)
+    if beyond:
+        found.append(beyond)
     disk = _disk_with_growth(sizing)
     if advice.provider == "rocksdb" and disk / partitions > ROCKSDB_COMFORT_BYTES:
         found.append(
@@ -117,6 +124,33 @@ def against(advice: PartitionAdvice, partitions: int, sizing: Estimate) -> list[
             f" growth, beyond {human_bytes(ROCKSDB_COMFORT_BYTES)}"
         )
     return found
+
+
+def too_many_waves(partitions: int, cores: int) -> str:
+    return (
+        f"{num(partitions)} partitions on up to {num(cores)} cores: every batch runs"
+        f" {num(math.ceil(partitions / cores))} waves of state-store tasks per stateful operator,"
+        " each with its fixed cost"
+    )
+
+
+def beyond_any_batch(partitions: int, cores: int | None) -> str | None:
+    """Why no batch would get through with this count (MAX_WAVES), in a sentence; None when one would."""
+    if cores is None:
+        if partitions <= MAX_UNKNOWN_CORES_PARTITIONS:
+            return None
+        return (
+            f"{num(partitions)} partitions are more than {num(MAX_UNKNOWN_CORES_PARTITIONS)} ({TASKS_PER_CORE} per"
+            f" core on {num(MAX_UNKNOWN_CORES_PARTITIONS // TASKS_PER_CORE)} cores), each a state-store task in every"
+            " batch"
+        )
+    if math.ceil(partitions / cores) <= MAX_WAVES:
+        return None
+    return (
+        f"{num(partitions)} partitions on up to {num(cores)} cores: every batch would run"
+        f" {num(math.ceil(partitions / cores))} waves of state-store tasks per stateful operator, more than"
+        f" {num(MAX_WAVES)}: batch 0 would not finish"
+    )
 
 
 def describe(advice: PartitionAdvice, partitions: int, sizing: Estimate) -> list[str]:

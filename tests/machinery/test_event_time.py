@@ -28,6 +28,7 @@ from stream_job.machinery.endpoints.sources import with_usable_event_time
 from stream_job.machinery.runtime.progress import format_progress
 from stream_job.machinery.runtime.watchdog import StateWatchdog
 from stream_job.machinery.settings import SettingsError, load_settings
+from stream_job.machinery.tools import local_kafka
 from stream_job.query import EVENT_SCHEMA
 
 from .conftest import (
@@ -38,6 +39,7 @@ from .conftest import (
     committed_batches,
     deep_merge,
     files_job,
+    kafka_job,
     run_python,
 )
 
@@ -207,4 +209,37 @@ def test_rows_without_a_usable_event_time_fail_the_batch_or_are_dropped_and_coun
         " moved the watermark (query.max_event_time_ahead bounds it); if they are, an input arrives later than"
         " query.watermark allows: raise it."
     ]
+    assertDataFrameEqual(read_output(spark, make_settings(changes).sink), expected)
+
+
+@pytest.mark.streaming
+@pytest.mark.kafka
+def test_a_kafka_record_without_a_usable_event_time_is_named_by_partition_and_offset(
+    spark, kafka_broker, make_settings, write_settings, tmp_path
+):
+    """Kafka: a null event time and one in 2100 after three files' worth of events. fail names the
+    first by topic, partition and offset, with the batch uncommitted; drop counts both and the output
+    equals the batch job on the files."""
+    changes = kafka_job(tmp_path, kafka_broker, "parquet", ANY_PROVIDER, files=3)
+    topic = changes["source"]["kafka"]["topic"]
+    local_kafka.produce(kafka_broker.bootstrap, topic, [json.dumps(NULL_TIME), BAD_LINES[2]])  # offsets 120, 121
+    expected = batch_expectation(spark, make_settings(changes))
+
+    failed = run_python("main.py", "--settings", str(write_settings(changes)), env=clean_env())
+
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert failed.stderr.strip().splitlines()[-1] == (
+        f"bad record: topic {topic} partition 0 offset 120 holds a row without a usable event time, event_time is"
+        ' null or missing: {"event_id":"evt-null","key":"key-0","event_time":null}'
+        + ADVICE_END.replace("source.files", "source.kafka")
+    )
+    assert committed_batches(tmp_path / "checkpoint") == [0, 1, 2]  # 40 records a batch; the fourth failed
+
+    changes["source"]["kafka"]["on_bad_record"] = "drop"
+    dropped = run_python("main.py", "--settings", str(write_settings(changes)), env=clean_env())
+
+    assert dropped.returncode == 0, dropped.stderr[-3000:]
+    (line,) = [line for line in dropped.stdout.splitlines() if line.startswith("batch 3: ")]
+    assert line.startswith("batch 3: 2 input rows, ")
+    assert line.endswith(", dropped 1 without an event time, 1 with an event time too far ahead")
     assertDataFrameEqual(read_output(spark, make_settings(changes).sink), expected)

@@ -9,7 +9,12 @@ reads: the checkpoint is byte for byte the same afterwards.
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import re
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +41,11 @@ READER_CONFS = {"spark.sql.streaming.stateStore.coordinatorReportSnapshotUploadL
 JOIN_INDEX_STORES = ("left-keyToNumValues", "right-keyToNumValues")
 # transformWithState keeps its timers beside the state variables; they are not counted as rows.
 TIMERS = "timers"
+# Spark's state readers and its repartition runner turn the checkpoint's path into a URI and parse it
+# again: a space, '#' or '%' comes back as %20, %23 or %25, and "no committed batch" is found. They
+# are handed a symbolic link to the checkpoint whose path has none of them.
+SPARK_SAFE_PATH = re.compile(r"[A-Za-z0-9/._+=,@:~-]*")
+_LINKS: dict[str, str] = {}  # link -> checkpoint
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import SparkSession
 
@@ -189,7 +199,7 @@ def state_metadata(
     """Spark's state-metadata rows of the checkpoint, and the batch to read (default: the last committed),
     checked against the batches whose state is kept."""
     try:
-        metadata = spark.read.format("state-metadata").load(location).collect()
+        metadata = spark.read.format("state-metadata").load(spark_path(location)).collect()
     except spark_errors() as error:
         raise CheckpointUnreadable(
             f"{location}: Spark cannot read its state metadata: {spark_message(error)}"
@@ -216,6 +226,23 @@ def state_partitions(checkpoint: Path | None, batch: int, in_metadata: int) -> i
     metadata = None if checkpoint is None else batch_metadata(checkpoint, batch)
     pinned = (metadata or {}).get("conf", {}).get(PARTITIONS_CONF)
     return int(pinned) if pinned is not None else in_metadata
+
+
+def spark_path(location: str) -> str:
+    """The checkpoint as Spark's state readers can take it: the location itself, or, for a local path
+    they would mangle, a symbolic link to it in a temporary folder (removed when this process ends)."""
+    local = local_checkpoint(location)
+    if local is None or SPARK_SAFE_PATH.fullmatch(str(local)):
+        return location
+    for link, checkpoint in _LINKS.items():
+        if checkpoint == str(local):
+            return link
+    folder = tempfile.mkdtemp(prefix="checkpoint-link-")
+    atexit.register(shutil.rmtree, folder, True)
+    link = os.path.join(folder, "checkpoint")
+    os.symlink(local, link)
+    _LINKS[link] = str(local)
+    return link
 
 
 def spark_errors() -> tuple[type[Exception], ...]:
@@ -271,7 +298,7 @@ def _read_stores(spark: SparkSession, location: str, batch: int, row, partitions
 
 def _rows(spark: SparkSession, location: str, partitions: int, options: dict[str, str]) -> list[int]:
     counts = [0] * partitions
-    state = spark.read.format("statestore").options(**options).load(location)
+    state = spark.read.format("statestore").options(**options).load(spark_path(location))
     for partition in state.groupBy("partition_id").count().collect():
         counts[partition.partition_id] = partition["count"]
     return counts
@@ -344,9 +371,16 @@ def spark_message(error: Exception) -> str:
     """The first line of Spark's error and of its root cause, without the Java stack."""
     java = getattr(error, "java_exception", None)
     if java is None:
-        return first_line(str(error))
+        return _unlinked(first_line(str(error)))
     root = java
     while root.getCause() is not None and root.getCause() != root:
         root = root.getCause()
     message = first_line(str(java.toString()))
-    return message if root == java else f"{message} (caused by {first_line(str(root.toString()))})"
+    return _unlinked(message if root == java else f"{message} (caused by {first_line(str(root.toString()))})")
+
+
+def _unlinked(message: str) -> str:
+    """Spark's message with the checkpoint's own path where it names a link of spark_path."""
+    for link, checkpoint in _LINKS.items():
+        message = message.replace(link, checkpoint)
+    return message

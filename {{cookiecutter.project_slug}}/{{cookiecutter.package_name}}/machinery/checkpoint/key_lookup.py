@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..operators import BY_SPARK_NAME, operator
 from .guard import batch_metadata, local_checkpoint
+from .inspection import spark_path
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import DataFrame, SparkSession
@@ -109,7 +110,7 @@ def _rows_with_key(spark: SparkSession, location: str, metadata: list[Any], batc
     names = _operator_names(metadata)
     rows = []
     for options in stores_of(metadata):
-        state = spark.read.format("statestore").options(**options, batchId=str(batch)).load(location)
+        state = spark.read.format("statestore").options(**options, batchId=str(batch)).load(spark_path(location))
         store = options.get("storeName") or options.get("stateVarName") or "timers"
         held_by = names[int(options["operatorId"])]
         for found in state.where(_matches(state, key)).collect():

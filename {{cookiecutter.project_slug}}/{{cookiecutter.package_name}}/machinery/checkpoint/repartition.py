@@ -217,8 +217,10 @@ def repartition(
 
 
 def _run_runner(spark: SparkSession, chosen: Plan) -> int:
+    from .inspection import spark_path  # a space, '#' or '%' in the path: through a link
+
     manager = spark._streamingCheckpointManager  # private, evolving: the one call site
-    manager.repartition(str(chosen.checkpoint), chosen.partitions_new, True)
+    manager.repartition(spark_path(str(chosen.checkpoint)), chosen.partitions_new, True)
     batch = highest_numbered(chosen.checkpoint / "commits")
     return int(batch.name) if batch is not None else -1
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.endpoints.output import read_output
-from stream_job.machinery.runtime.job import StopSignals
+from stream_job.machinery.runtime.stopping import StopSignals
 
 from .conftest import (
     ANY_PROVIDER,
@@ -113,10 +113,12 @@ def test_graceful_stop_exits_0_and_the_next_start_continues(spark, make_settings
         in_flight = kill_mid_batch(process, checkpoint, sent)
     first_run = (tmp_path / "first-run.log").read_text()
     assert process.returncode == 0, first_run[-3000:]
-    assert f"{signal.Signals(sent).name} received: stopping" in first_run
-    # The batch in flight was abandoned uncommitted (or had just committed): nothing half-done.
+    assert f"{signal.Signals(sent).name} received: stopping once the batch in flight commits" in first_run
+    # The batch in flight committed, and the stop landed on a batch boundary: nothing logged past the last commit.
+    assert "stopped on a batch boundary" in first_run, first_run[-3000:]
     stopped_at = committed_batches(checkpoint)
-    assert stopped_at == list(range(len(stopped_at))) and len(stopped_at) in (in_flight, in_flight + 1)
+    assert stopped_at == list(range(len(stopped_at))) and stopped_at[-1] >= in_flight
+    assert logged_batches(checkpoint)[-1] == stopped_at[-1]
 
     restart = run_python("main.py", "--settings", str(path), env=clean_env())
     assert restart.returncode == 0, restart.stderr[-3000:]

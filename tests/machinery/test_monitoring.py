@@ -63,8 +63,11 @@ def test_json_lines_carry_each_batch_with_the_operators_own_metrics(spark, tmp_p
     assert events[0]["event"] == "started" and events[0]["query"] == "watched"
     batches = [event for event in events if event["event"] == "batch"]
     assert len(batches) >= 4
+    # A batch that had started when the stop came runs alone in a query of its own (stopping.py): it is
+    # printed like the others, but not in this query's progress.
     progress = {p["batchId"]: p for p in query.recentProgress}
-    for event in batches:
+    assert len([event for event in batches if event["batch_id"] in progress]) >= 4
+    for event in (event for event in batches if event["batch_id"] in progress):
         spark_progress = progress[event["batch_id"]]
         operators = spark_progress["stateOperators"]
         assert event["input_rows"] == spark_progress["numInputRows"] == 1000

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,11 +24,13 @@ from stream_job.machinery.endpoints.output import read_output
 from .conftest import (
     BAKED_OPERATOR,
     DEFAULT_OPERATOR,
+    PROJECT_DIR,
     batch_expectation,
     clean_env,
     committed_batches,
     digest,
     files_job,
+    jvm_free,
     run_cli,
     run_python,
     start_job,
@@ -142,7 +146,8 @@ def test_repartition_4_to_8_and_back_keeps_the_output_exact(spark, make_settings
 def test_repartition_refusals_name_the_way_out_and_change_nothing(spark, make_settings, write_settings, tmp_path):
     from stream_job.machinery.checkpoint.run_lock import holder
 
-    changes = files_job(tmp_path / "rocks", "parquet", "rocksdb", files=3)
+    # Changelog checkpointing on: --finish-last-batch runs a batch in the session that reads the state.
+    changes = files_job(tmp_path / "rocks", "parquet", "rocksdb", changelog=True, files=3)
     changes["spark"]["shuffle_partitions"] = 4
     path = write_settings(changes)
     settings = make_settings(changes)
@@ -222,3 +227,148 @@ def test_repartition_refusals_name_the_way_out_and_change_nothing(spark, make_se
     assert drift.returncode == 4
     assert "a checkpoint of the hdfs store cannot be repartitioned" in drift.stderr
     shutil.rmtree(tmp_path / "hdfs")
+
+
+def test_a_job_stopped_by_max_batches_repartitions_as_it_is(spark, make_settings, write_settings, tmp_path):
+    """A processing-time job stopped by --max-batches lands on a batch boundary: repartition takes the
+    checkpoint as it is (no --finish-last-batch), and the output stays exact."""
+    changes = files_job(tmp_path, "parquet", "rocksdb", changelog=True, files=5)
+    changes["spark"]["shuffle_partitions"] = 4
+    changes["query"]["trigger"] = "1 second"
+    path = write_settings(changes)
+    settings = make_settings(changes)
+    checkpoint = Path(settings.query.checkpoint_location)
+
+    stopped = run_python("main.py", "--settings", str(path), "--max-batches", "2", env=clean_env())
+    assert stopped.returncode == 0, stopped.stdout[-2000:] + stopped.stderr[-3000:]
+    assert "batches committed (--max-batches 2): stopping once the batch in flight commits" in stopped.stdout
+    last = committed_batches(checkpoint)[-1]
+    assert f"stopped on a batch boundary: batch {last} committed, nothing in flight" in stopped.stdout
+    assert max(int(path.name) for path in (checkpoint / "offsets").iterdir() if path.name.isdigit()) == last
+
+    moved = repartition(path, "--partitions", "8")
+    assert moved.returncode == 0, moved.stdout[-3000:] + moved.stderr[-3000:]
+    assert f"done: batch {last + 1} holds the state in 8 partitions" in moved.stdout
+    changes["spark"]["shuffle_partitions"] = 8
+    changes["query"]["trigger"] = "available_now"
+    run_job(write_settings(changes, name="settings-8.yaml"))
+    assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
+
+
+# Where a repartition is killed, each seen from outside as the file that step makes: the copy being made,
+# the copy whole, the runner's batch logged, the runner's batch committed, the sink's log entry for it,
+# and the copy being removed once the new state counts.
+KILL_STEPS = ("copying", "copied", "runner started", "runner committed", "output recorded", "copy discarded")
+
+
+def _reached(step: str, checkpoint: Path, output: Path, batch: int) -> bool:
+    beside = [path.name for path in checkpoint.parent.iterdir()] if checkpoint.parent.is_dir() else []
+    working = [name for name in beside if ".repartitioning-" in name]
+    log = output / "_spark_metadata"
+    return {
+        "copying": any(name.endswith(".partial") for name in working),
+        "copied": any(not name.endswith((".partial", ".removing")) for name in working),
+        "runner started": (checkpoint / "offsets" / str(batch)).exists(),
+        "runner committed": (checkpoint / "commits" / str(batch)).exists(),
+        "output recorded": (log / str(batch)).exists() or (log / f"{batch}.compact").exists(),
+        "copy discarded": any(name.endswith(".removing") for name in working),
+    }[step]
+
+
+def _kill_at(step: str, process, checkpoint: Path, output: Path, batch: int) -> bool:
+    """SIGKILL the process as soon as the step is seen; False when it ended before (too fast to catch)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if _reached(step, checkpoint, output, batch):
+                process.kill()
+                process.wait(timeout=60)
+                return True
+        except (FileNotFoundError, IndexError, ValueError):  # a file read while it is renamed or written
+            pass
+        time.sleep(0.002)
+    process.wait(timeout=60)
+    return False
+
+
+@pytest.mark.operator
+def test_a_repartition_killed_at_any_step_leaves_the_old_or_the_new_checkpoint(
+    spark, make_settings, write_settings, tmp_path
+):
+    """Killed at each of its steps, the repartition leaves the old checkpoint and output, or the new ones,
+    complete: the start and `check` name the one thing to do, `repartition` puts the checkpoint back
+    byte for byte (or finds the new state done), and the job's output stays exact."""
+    changes = files_job(tmp_path, "parquet", "rocksdb", changelog=True, files=4)
+    changes["spark"]["shuffle_partitions"] = 4
+    by_count = {4: write_settings(changes, name="settings-4.yaml")}
+    changes["spark"]["shuffle_partitions"] = 8
+    by_count[8] = write_settings(changes, name="settings-8.yaml")
+    settings = make_settings(changes)
+    checkpoint, output = Path(settings.query.checkpoint_location), Path(settings.sink.path)
+    hold_back(settings, 2, tmp_path / "later")
+    run_job(by_count[4])
+
+    outcomes = []
+    for step in KILL_STEPS:
+        count = pinned_partitions(checkpoint)
+        target = 8 if count == 4 else 4
+        batch = committed_batches(checkpoint)[-1] + 1
+        before, log_before = digest(checkpoint), digest(output / "_spark_metadata")
+        with open(tmp_path / f"repartition-{step}.log", "w") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "stream_job", "repartition", "--settings", str(by_count[target])],
+                cwd=PROJECT_DIR,
+                stdout=log,
+                stderr=log,
+                env=clean_env(),
+            )
+            killed = _kill_at(step, process, checkpoint, output, batch)
+        said = (tmp_path / f"repartition-{step}.log").read_text()
+        # The last two steps are short: the repartition may have finished before the kill landed.
+        assert killed or (step in KILL_STEPS[4:] and process.returncode == 0), (step, said[-3000:])
+
+        beside = [path.name for path in checkpoint.parent.iterdir() if ".repartitioning-" in path.name]
+        working_copy = [name for name in beside if not name.endswith((".partial", ".removing"))]
+        finished_new = not working_copy and pinned_partitions(checkpoint) == target
+        if beside:
+            # The start and check refuse with the one way on, before Spark starts: nothing changes.
+            for refused in (
+                run_python("main.py", "--settings", str(by_count[count]), env=clean_env()),
+                run_cli("check", "--settings", str(by_count[count])),
+            ):
+                assert refused.returncode == 4, refused.stdout[-2000:] + refused.stderr[-2000:]
+                line = jvm_free(refused.stderr).strip()
+                assert len(line.splitlines()) == 1, line
+                assert "did not finish" in line or "left" in line, line
+                if "did not finish" in line:
+                    assert f"repartition --partitions {target} again" in line
+        # repartition with the count the checkpoint now holds only puts things right, without Spark.
+        now = target if finished_new else count
+        recovery = run_cli("repartition", "--settings", str(by_count[now]), "--partitions", str(now))
+        assert recovery.returncode in (0, 4), recovery.stdout[-2000:] + recovery.stderr[-2000:]
+        if beside:
+            assert recovery.returncode == 0 and "nothing to do" in recovery.stdout, recovery.stdout + recovery.stderr
+        outcome = "new" if finished_new else "old"
+        if finished_new:
+            assert committed_batches(checkpoint)[-1] == batch
+            assert (output / "_spark_metadata" / str(batch)).exists() or (
+                output / "_spark_metadata" / f"{batch}.compact"
+            ).exists()
+        else:
+            after = digest(checkpoint)
+            after.pop(".running", None)
+            before.pop(".running", None)
+            assert after == before, step  # byte for byte the checkpoint before the repartition
+            assert digest(output / "_spark_metadata") == log_before, step
+        assert not [path for path in checkpoint.parent.iterdir() if ".repartition" in path.name], step
+        outcomes.append((step, outcome))
+    # The steps up to the runner's commit can only end in the old checkpoint.
+    assert [outcome for _, outcome in outcomes[:4]] == ["old"] * 4, outcomes
+
+    # A last repartition into 8 partitions that runs through, then the rest of the input.
+    if pinned_partitions(checkpoint) == 4:
+        moved = repartition(by_count[8])
+        assert moved.returncode == 0, moved.stdout[-3000:] + moved.stderr[-3000:]
+    let_arrive(settings, 2, tmp_path / "later")
+    run_job(by_count[8])
+    assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))

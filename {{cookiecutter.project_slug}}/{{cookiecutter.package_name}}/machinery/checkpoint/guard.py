@@ -50,11 +50,13 @@ class GuardReport:
     checkpoint: str
     last_batch: int | None = None
     drifts: list[Drift] = field(default_factory=list)
+    # What cannot be set back: output lost, say. One line each, with the way on.
+    refusals: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
     def consistent(self) -> bool:
-        return not self.drifts
+        return not self.drifts and not self.refusals
 
 
 def check_checkpoint(settings: Settings) -> GuardReport:
@@ -65,6 +67,11 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     if checkpoint is None:
         report.notes.append(f"checkpoint {location} is not on the local file system; the guard cannot read it")
         return report
+    from .repartition import interrupted  # (repartition builds on this module)
+
+    unfinished = interrupted(checkpoint)
+    if unfinished is not None:  # checked first: mid-way the checkpoint may even be missing
+        raise CheckpointUnreadable(unfinished.message())
     check_log_files(checkpoint)
     latest = latest_offsets(checkpoint)
     if latest is None:
@@ -72,6 +79,12 @@ def check_checkpoint(settings: Settings) -> GuardReport:
         return report
     report.last_batch, pinned = latest
     report.drifts += conf_drifts(settings, pinned)
+    report.drifts += source_drifts(settings, checkpoint / "offsets" / str(report.last_batch))
+    from ..endpoints.output_check import lost_output  # (it reads the checkpoint through this module)
+
+    lost, note = lost_output(settings, checkpoint)
+    report.refusals += lost
+    report.notes += note
     if not any(drift.setting == "state_store.provider" for drift in report.drifts):
         report.notes += changelog_notes(settings, checkpoint)
     return report
@@ -202,6 +215,71 @@ def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
                 )
             )
     return drifts
+
+
+def source_drifts(settings: Settings, offsets_file: Path) -> list[Drift]:
+    """The kind of each source, and Kafka's topics, as the checkpoint's offsets show them: Spark reads a
+    checkpoint's offsets with the source the query has now, and fails deep inside when it is another."""
+    held = sorted(filter(None, (_offset_kind(line) for line in offsets_file.read_text().splitlines()[2:])))
+    wanted = sorted(_source_kind(source) for source in settings.inputs.values())
+    if not held or [kind for kind, _ in held] == [kind for kind, _ in wanted]:
+        return _topic_drifts(settings, held)
+    sections = " and ".join(f"{section}.type" for section in settings.inputs)
+    return [
+        Drift(
+            sections,
+            " + ".join(kind for kind, _ in wanted),
+            f"the offsets of {' + '.join(kind for kind, _ in held)} (batch {offsets_file.name})",
+            "Spark continues a checkpoint from its offsets, and another source cannot read them.",
+        )
+    ]
+
+
+def _topic_drifts(settings: Settings, held: list[tuple[str, frozenset[str]]]) -> list[Drift]:
+    """Kafka's topics: the checkpoint's against those subscribed (a pattern may match new ones)."""
+    held_topics = frozenset().union(*(topics for kind, topics in held if kind == "kafka"))
+    subscribed = [(section, source.kafka) for section, source in settings.inputs.items() if source.type == "kafka"]
+    if not held_topics or any(kafka.topic is None for _, kafka in subscribed):
+        return []
+    wanted = frozenset(topic.strip() for _, kafka in subscribed for topic in str(kafka.topic).split(","))
+    if held_topics <= wanted:
+        return []
+    return [
+        Drift(
+            " / ".join(f"{section}.kafka.topic" for section, _ in subscribed),
+            ", ".join(sorted(wanted)),
+            f"offsets of the topics {', '.join(sorted(held_topics))}",
+            f"the job would stop reading {', '.join(sorted(held_topics - wanted))} and start the others from"
+            " starting_offsets, which is not a continuation.",
+        )
+    ]
+
+
+def _source_kind(source) -> tuple[str, frozenset[str]]:
+    if source.type == "rate" and source.rate.rows_per_batch is not None:
+        return "rate-micro-batch", frozenset()
+    return source.type, frozenset()
+
+
+def _offset_kind(line: str) -> tuple[str, frozenset[str]] | None:
+    """What wrote an offset line of the offsets log: a number is the rate source's, a JSON object names
+    the others by its keys; None for what is not known here."""
+    text = line.strip()
+    if text.isdigit():
+        return "rate", frozenset()
+    try:
+        offset = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(offset, dict):
+        return None
+    if "logOffset" in offset:
+        return "files", frozenset()
+    if "offset" in offset:
+        return "rate-micro-batch", frozenset()
+    if offset and all(isinstance(value, dict) for value in offset.values()):
+        return "kafka", frozenset(offset)
+    return None
 
 
 def repartition_advice(provider: str, partitions: str) -> str:

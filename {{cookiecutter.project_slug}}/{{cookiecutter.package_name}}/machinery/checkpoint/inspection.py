@@ -34,8 +34,13 @@ from .guard import (
 )
 
 # Reading a RocksDB checkpoint from a session that runs no query fails in Spark 4.2 with "Cannot
-# find endpoint: StateStoreCoordinator" unless the snapshot-lag reports to the coordinator are off.
-READER_CONFS = {"spark.sql.streaming.stateStore.coordinatorReportSnapshotUploadLag": "false"}
+# find endpoint: StateStoreCoordinator" unless the snapshot-lag reports to the coordinator are off; the
+# forced snapshot upload that relies on those reports goes off with them, or a query run in the same
+# session (repartition --finish-last-batch) is refused.
+READER_CONFS = {
+    "spark.sql.streaming.stateStore.coordinatorReportSnapshotUploadLag": "false",
+    "spark.sql.streaming.stateStore.forceSnapshotUploadOnLag": "false",
+}
 # A join keeps two stores per side: keyWithIndexToValue holds the rows (what Spark's progress
 # counts as state rows, and what the sizing formula estimates); keyToNumValues is an index.
 JOIN_INDEX_STORES = ("left-keyToNumValues", "right-keyToNumValues")

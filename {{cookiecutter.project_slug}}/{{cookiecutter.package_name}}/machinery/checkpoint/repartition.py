@@ -10,6 +10,13 @@ module is the only place that calls it.
 Around the runner: checks that refuse without touching anything (`plan`), a copy of the checkpoint
 until the result is verified, and the verification itself: the rows of every operator and store
 read back by Spark's `statestore` reader, equal before and after, over the new partitions.
+
+A kill at any moment leaves the old checkpoint and output or the new ones, complete. The copy is made
+under a temporary name and renamed when whole; while it is in place under its working name
+(`<checkpoint>.repartitioning-<batch>-to-<count>`) the repartition has not finished, and the start,
+`check` and `repartition` see it: `repartition` puts the checkpoint back from it (and takes out of the
+file sink's log the entry of the batch the runner added), then goes on. Renaming the copy away is the
+moment the new state counts.
 """
 
 from __future__ import annotations
@@ -38,7 +45,11 @@ if TYPE_CHECKING:  # Spark is imported only when the checks pass
 
     from .inspection import Inspection
 
-COPY_SUFFIX = ".before-repartition"
+COPY_SUFFIX = ".before-repartition"  # the copy kept by --keep-copy
+WORKING_COPY = ".repartitioning"  # the copy while the repartition runs: its presence means unfinished
+PARTIAL = ".partial"  # a copy being made
+DISCARDED = ".removing"  # a copy no longer needed, being removed
+ASIDE = ".failed-repartition"  # the checkpoint the runner changed, moved aside while the copy is put back
 
 
 class RepartitionRefused(Exception):
@@ -60,7 +71,13 @@ class Plan:
 
     @property
     def copy(self) -> Path:
+        """Where --keep-copy keeps the checkpoint as it was before."""
         return self.checkpoint.with_name(f"{self.checkpoint.name}{COPY_SUFFIX}-{self.last_committed}")
+
+    @property
+    def working_copy(self) -> Path:
+        name = f"{self.checkpoint.name}{WORKING_COPY}-{self.last_committed}-to-{self.partitions_new}"
+        return self.checkpoint.with_name(name)
 
     @property
     def unfinished_batch(self) -> int | None:
@@ -126,7 +143,7 @@ def plan(location: str, partitions: int, finish_last_batch: bool = False) -> Pla
 
 def _job_batch_to_finish(chosen: Plan, finish_last_batch: bool) -> bool:
     """The last batch did not commit: True for a batch the job left (finished first when asked), False for
-    an interrupted repartition into the same count (Spark's runner completes it); refused otherwise."""
+    a repartition batch into the same count (Spark's runner completes it); refused otherwise."""
     batch, checkpoint = chosen.last_batch, chosen.checkpoint
     unfinished = _pinned_partitions(checkpoint, batch)
     if unfinished == chosen.partitions_now:
@@ -138,16 +155,11 @@ def _job_batch_to_finish(chosen: Plan, finish_last_batch: bool) -> bool:
                 " Skipping it instead could write its output twice"
             )
         return True
-    if unfinished == chosen.partitions_new and not chosen.copy.exists():
+    if unfinished == chosen.partitions_new:
         return False
-    way_back = (
-        f"put the checkpoint back from the copy made before it (rm -rf {checkpoint} && mv {chosen.copy}"
-        f" {checkpoint}) and run repartition again"
-        if chosen.copy.exists()
-        else f"run repartition --partitions {unfinished} again to complete it first"
-    )
     raise RepartitionRefused(
-        f"batch {batch} of {checkpoint} is a repartition into {unfinished} partitions that did not finish: {way_back}"
+        f"batch {batch} of {checkpoint} is a repartition into {unfinished} partitions that did not finish: run"
+        f" python -m {PACKAGE} repartition --partitions {unfinished} to complete it first"
     )
 
 
@@ -185,15 +197,20 @@ def repartition(
     inspect: Callable[[int], Inspection],
     keep_copy: bool = False,
     record_in_output: Callable[[int], object] | None = None,
+    output: Path | None = None,
 ) -> Result:
     """Copy the checkpoint, run Spark's runner, verify the state; put the copy back on any failure.
 
     `inspect(batch)` reads every operator's state as of a batch (inspection.inspect_checkpoint);
-    `record_in_output(batch)` tells a sink that keeps its own batch log about the batch the runner adds.
+    `record_in_output(batch)` tells a sink that keeps its own batch log (in `output`) about the batch the
+    runner adds.
     """
     before = inspect(chosen.last_committed)
-    copy = chosen.copy
-    shutil.copytree(chosen.checkpoint, copy, symlinks=True)
+    copy = chosen.working_copy
+    partial = copy.with_name(copy.name + PARTIAL)
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(chosen.checkpoint, partial, symlinks=True)
+    partial.rename(copy)  # from here on the copy is whole, and its name says the repartition is unfinished
     try:
         batch = _run_runner(spark, chosen)
         after = inspect(batch)
@@ -201,7 +218,7 @@ def repartition(
         if record_in_output is not None:
             record_in_output(batch)
     except BaseException as error:
-        _restore(chosen.checkpoint, copy)
+        put_back(chosen.checkpoint, copy, output)
         if isinstance(error, RepartitionFailed):
             raise
         from .inspection import spark_errors, spark_message
@@ -211,9 +228,14 @@ def repartition(
                 f"Spark's repartitioning failed: {spark_message(error)}; {chosen.checkpoint} was put back as it was"
             ) from None
         raise
-    if not keep_copy:
-        shutil.rmtree(copy)
-    return Result(chosen, batch, _rows(before), _rows(after), copy if keep_copy else None)
+    # The moment the new state counts: the working copy leaves its name.
+    if keep_copy:
+        copy.rename(chosen.copy)
+    else:
+        discarded = copy.with_name(copy.name + DISCARDED)
+        copy.rename(discarded)
+        shutil.rmtree(discarded)
+    return Result(chosen, batch, _rows(before), _rows(after), chosen.copy if keep_copy else None)
 
 
 def _run_runner(spark: SparkSession, chosen: Plan) -> int:
@@ -254,10 +276,91 @@ def _verify(chosen: Plan, batch: int, before: Inspection, after: Inspection) -> 
         )
 
 
-def _restore(checkpoint: Path, copy: Path) -> None:
-    """Put the checkpoint back from the copy (a rename: no half-copied state is ever in place)."""
-    aside = checkpoint.with_name(f"{checkpoint.name}.failed-repartition")
-    shutil.rmtree(aside, ignore_errors=True)
-    checkpoint.rename(aside)
+@dataclass(frozen=True)
+class Interrupted:
+    """What an unfinished repartition left beside a checkpoint."""
+
+    checkpoint: Path
+    working_copy: Path | None  # the copy to put back: the repartition did not finish
+    leftovers: tuple[Path, ...]  # half-made or discarded copies, a checkpoint moved aside: to remove
+
+    @property
+    def partitions_new(self) -> int | None:
+        if self.working_copy is None:
+            return None
+        return int(self.working_copy.name.rsplit("-to-", 1)[1])
+
+    def message(self) -> str:
+        """One line for the start and `check`: what happened and the one thing to do."""
+        if self.working_copy is None:
+            names = ", ".join(str(path) for path in self.leftovers)
+            return (
+                f"a repartition of {self.checkpoint} left {names} behind (the checkpoint itself is complete):"
+                f" run python -m {PACKAGE} repartition again, or remove them"
+            )
+        return (
+            f"a repartition of {self.checkpoint} into {self.partitions_new} partitions did not finish (its copy"
+            f" {self.working_copy} is still in place): run python -m {PACKAGE} repartition --partitions"
+            f" {self.partitions_new} again; it first puts the checkpoint back as it was from the copy (nothing is"
+            " lost), then repartitions"
+        )
+
+
+def interrupted(checkpoint: Path) -> Interrupted | None:
+    """What an unfinished repartition left beside the checkpoint, if anything."""
+    parent = checkpoint.parent
+    if not parent.is_dir():
+        return None
+    working, leftovers = None, []
+    for path in sorted(parent.iterdir()):
+        name = path.name
+        if not name.startswith(checkpoint.name + "."):
+            continue
+        tail = name[len(checkpoint.name) :]
+        if tail.startswith(WORKING_COPY) and tail.endswith((PARTIAL, DISCARDED)) or tail == ASIDE:
+            leftovers.append(path)
+        elif tail.startswith(WORKING_COPY + "-") and "-to-" in tail:
+            working = path
+    if working is None and not leftovers:
+        return None
+    return Interrupted(checkpoint, working, tuple(leftovers))
+
+
+def recover(checkpoint: Path, output: Path | None) -> list[str]:
+    """Finish what an interrupted repartition left: the checkpoint put back from the working copy (and
+    the output's log without the batch the runner added), half-made or discarded copies removed. The
+    lines say what was done."""
+    found = interrupted(checkpoint)
+    if found is None:
+        return []
+    lines = []
+    if found.working_copy is not None:
+        removed = put_back(checkpoint, found.working_copy, output)
+        extra = f"; took out of the output's log the entries it had added ({', '.join(removed)})" if removed else ""
+        lines.append(
+            f"put {checkpoint} back as it was before the repartition into {found.partitions_new} partitions that"
+            f" did not finish, from {found.working_copy}{extra}"
+        )
+    for path in found.leftovers:
+        if path.exists():
+            shutil.rmtree(path)
+            lines.append(f"removed {path}, left by an interrupted repartition")
+    return lines
+
+
+def put_back(checkpoint: Path, copy: Path, output: Path | None) -> list[str]:
+    """Put the checkpoint back from the copy (renames: no half-copied state is ever in place), and take
+    out of the file sink's log any batch the restored checkpoint does not hold. Each step can be taken
+    again after a kill in the middle of it. The names of the log entries removed."""
+    from ..endpoints.file_sink_log import remove_entries_after
+
+    aside = checkpoint.with_name(f"{checkpoint.name}{ASIDE}")
+    if checkpoint.exists():
+        shutil.rmtree(aside, ignore_errors=True)
+        checkpoint.rename(aside)
     copy.rename(checkpoint)
-    shutil.rmtree(aside)
+    shutil.rmtree(aside, ignore_errors=True)
+    latest = latest_offsets(checkpoint)
+    if output is None or latest is None:
+        return []
+    return [path.name for path in remove_entries_after(output, latest[0])]

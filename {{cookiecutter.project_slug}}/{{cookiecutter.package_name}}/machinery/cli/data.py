@@ -7,8 +7,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..checkpoint.guard import local_checkpoint
+from ..endpoints.output_check import lost_output
 from ..settings import load_settings
-from .arguments import EXIT_BAD_INPUT, add_settings_argument, positive_int
+from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_QUERY_FAILED, add_settings_argument, positive_int
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -62,9 +64,15 @@ def cmd_show_output(args: argparse.Namespace) -> int:
             f"show-output reads the parquet or delta sink; this project's sink is {settings.sink.type}", file=sys.stderr
         )
         return EXIT_BAD_INPUT
+    checkpoint = local_checkpoint(settings.query.checkpoint_location)
+    lost = lost_output(settings, checkpoint)[0] if checkpoint is not None else []
+    if lost:
+        print(f"show-output error: {lost[0]}", file=sys.stderr)
+        return EXIT_CHECKPOINT_DRIFT
     if not Path(settings.sink.path).is_dir():
         print(f"no output yet at {settings.sink.path}; run the job first")
         return 0
+    from ..checkpoint.inspection import spark_errors, spark_message
     from ..endpoints.output import read_output
     from ..runtime.session import build_session
 
@@ -74,6 +82,9 @@ def cmd_show_output(args: argparse.Namespace) -> int:
         output = read_output(spark, settings.sink)
         print(f"{output.count():,} rows in {settings.sink.path}")
         output.orderBy(*output.columns).show(args.limit, truncate=False)
+    except spark_errors() as error:  # a damaged output Spark cannot read: its first line, not a traceback
+        print(f"show-output error: {settings.sink.path} cannot be read: {spark_message(error)}", file=sys.stderr)
+        return EXIT_QUERY_FAILED
     finally:
         spark.stop()
     return 0

@@ -7,7 +7,16 @@ import dataclasses
 from pathlib import Path
 
 from ..checkpoint.guard import highest_numbered, local_checkpoint
-from ..checkpoint.repartition import Plan, RepartitionFailed, RepartitionRefused, plan, repartition, require_runner
+from ..checkpoint.repartition import (
+    Plan,
+    RepartitionFailed,
+    RepartitionRefused,
+    interrupted,
+    plan,
+    recover,
+    repartition,
+    require_runner,
+)
 from ..checkpoint.run_lock import holding
 from ..endpoints.file_sink_log import LOG_DIR
 from ..settings import Settings, load_settings
@@ -40,7 +49,14 @@ def cmd_repartition(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     location = settings.query.checkpoint_location
     output = _file_sink_output(settings)
-    chosen = plan(location, args.partitions or settings.spark.shuffle_partitions, args.finish_last_batch)
+    recovered = _recover_interrupted(location, output)
+    try:
+        chosen = plan(location, args.partitions or settings.spark.shuffle_partitions, args.finish_last_batch)
+    except RepartitionRefused as refused:
+        if recovered and "nothing to do" in str(refused):
+            print(f"repartition: {refused}")
+            return 0
+        raise
     require_runner()
     # The job's own settings as the checkpoint holds them: its session, and the batch to finish.
     as_pinned = settings.model_copy(
@@ -48,7 +64,7 @@ def cmd_repartition(args: argparse.Namespace) -> int:
     )
     print(
         f"repartition: {chosen.checkpoint}, state of batch {chosen.last_committed}: {chosen.partitions_now} ->"
-        f" {chosen.partitions_new} partitions; a copy is kept at {chosen.copy} until the result is verified",
+        f" {chosen.partitions_new} partitions; a copy is kept at {chosen.working_copy} until the result is verified",
         flush=True,
     )
     from ..checkpoint.inspection import READER_CONFS, inspect_checkpoint
@@ -67,6 +83,7 @@ def cmd_repartition(args: argparse.Namespace) -> int:
                 lambda batch: inspect_checkpoint(spark, location, (batch, "rocksdb"), batch),
                 args.keep_copy,
                 _output_recorder(spark, output),
+                output,
             )
         except RepartitionFailed as error:
             print(f"repartition failed: {error}", flush=True)
@@ -82,6 +99,17 @@ def cmd_repartition(args: argparse.Namespace) -> int:
     )
     print(_next_step(settings, chosen.partitions_new, args.settings))
     return 0
+
+
+def _recover_interrupted(location: str, output: Path | None) -> bool:
+    """Put back what a repartition that did not finish left (a kill, a crash), before anything else."""
+    checkpoint = local_checkpoint(location)
+    if checkpoint is None or interrupted(checkpoint) is None:
+        return False
+    with holding(location, "the repartition"):
+        for line in recover(checkpoint, output):
+            print(f"repartition: {line}", flush=True)
+    return True
 
 
 def _file_sink_output(settings: Settings) -> Path | None:

@@ -182,6 +182,8 @@ def guard_passes(report: GuardReport, notes_to: TextIO | None = None) -> bool:
         print(f"checkpoint: {note}", file=notes_to or sys.stdout)
     for drift in report.drifts:
         print(f"checkpoint error: {drift.message(report.checkpoint)}", file=sys.stderr)
+    for refusal in report.refusals:
+        print(f"checkpoint error: {refusal}", file=sys.stderr)
     return report.consistent
 
 

@@ -34,6 +34,21 @@ def record_empty_batch(output: Path, batch: int, configured_interval: int = DEFA
     return target
 
 
+def remove_entries_after(output: Path, batch: int) -> list[Path]:
+    """Remove the log's entries (and checksums) of batches after `batch`: those of a batch that the
+    checkpoint no longer holds, such as the one a repartition that was rolled back added."""
+    log = output / LOG_DIR
+    if not log.is_dir():
+        return []
+    removed = []
+    for path in sorted(log.iterdir()):
+        name = path.name.removeprefix(".").removesuffix(".crc").removesuffix(".compact")
+        if name.isdigit() and int(name) > batch:
+            path.unlink()
+            removed.append(path)
+    return [path for path in removed if not path.name.startswith(".")]
+
+
 def compact_interval(log: Path, configured: int) -> int:
     """The interval Spark's sink uses for this log: the configured one, adjusted to the newest merge file
     the way Spark does it (CompactibleFileStreamLog.deriveCompactInterval)."""

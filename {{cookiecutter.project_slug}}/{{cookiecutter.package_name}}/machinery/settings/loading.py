@@ -144,10 +144,11 @@ class _SettingsLoader(yaml.SafeLoader):
                     )
         return super().compose_node(parent, index)
 
-    def compose_sequence_node(self, anchor: str | None) -> Any:
+    # (Any: PyYAML's stubs type the anchor as a dict, the code passes its name.)
+    def compose_sequence_node(self, anchor: Any) -> Any:
         return self._composing(anchor, super().compose_sequence_node)
 
-    def compose_mapping_node(self, anchor: str | None) -> Any:
+    def compose_mapping_node(self, anchor: Any) -> Any:
         return self._composing(anchor, super().compose_mapping_node)
 
     def _composing(self, anchor: str | None, compose: Any) -> Any:

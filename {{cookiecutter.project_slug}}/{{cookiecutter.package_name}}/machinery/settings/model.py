@@ -347,6 +347,8 @@ class QuerySettings(Section):
     custom_state: CustomStateSettings = Field(default_factory=CustomStateSettings)
     checkpoint_location: str = Field(min_length=1, description="a directory path or URI")
     trigger: str = Field("10 seconds", description="an interval such as '10 seconds', or available_now")
+    # How long a stop (SIGTERM, --max-batches, --timeout) waits for the batch in flight to commit.
+    stop_timeout: Duration = Field("2 minutes", description="a Spark interval such as '2 minutes'")
     # The query's own business parameters: a mapping here, an instance of the query module's Params
     # model once validated (stateful_query reads query.params.<name>).
     params: Any = Field(default_factory=dict, description="a mapping of the fields of Params in query.py")

@@ -59,7 +59,7 @@ def test_lost_output_and_a_changed_source_are_refused_in_one_line(spark, make_se
     # Another source on this checkpoint: the offsets of the files source cannot be read by the rate source.
     rate = write_settings({**changes, "source": {"type": "rate", "rate": {"rows_per_batch": 10}}}, name="rate.yaml")
     line = refused_start(rate, checkpoint, "source.type is rate-micro-batch in settings, but the checkpoint")
-    assert "holds the offsets of files" in line
+    assert "holds files: Spark continues a checkpoint from the offsets its source wrote" in line
     # The output put back: the job goes on, and nothing was lost.
     for file in later.iterdir():
         file.rename(landing / file.name)
@@ -81,4 +81,4 @@ def test_the_rate_sources_offsets_are_not_read_by_the_micro_batch_rate_source(wr
     assert ran.returncode == 0, ran.stderr[-3000:]
     micro = write_settings({**changes, "source": {"type": "rate", "rate": {"rows_per_batch": 100}}}, name="micro.yaml")
     line = refused_start(micro, tmp_path / "checkpoint", "source.type is rate-micro-batch in settings")
-    assert "holds the offsets of rate" in line
+    assert "holds rate: Spark continues" in line and "set source.type back to rate," in line

@@ -229,8 +229,9 @@ def source_drifts(settings: Settings, offsets_file: Path) -> list[Drift]:
         Drift(
             sections,
             " + ".join(kind for kind, _ in wanted),
-            f"the offsets of {' + '.join(kind for kind, _ in held)} (batch {offsets_file.name})",
-            "Spark continues a checkpoint from its offsets, and another source cannot read them.",
+            " + ".join(kind for kind, _ in held),
+            f"Spark continues a checkpoint from the offsets its source wrote (those of batch {offsets_file.name}),"
+            " and another kind of source cannot read them.",
         )
     ]
 
@@ -248,9 +249,10 @@ def _topic_drifts(settings: Settings, held: list[tuple[str, frozenset[str]]]) ->
         Drift(
             " / ".join(f"{section}.kafka.topic" for section, _ in subscribed),
             ", ".join(sorted(wanted)),
-            f"offsets of the topics {', '.join(sorted(held_topics))}",
-            f"the job would stop reading {', '.join(sorted(held_topics - wanted))} and start the others from"
-            " starting_offsets, which is not a continuation.",
+            ", ".join(sorted(held_topics)),
+            f"its offsets are those of these topics: the job would stop reading"
+            f" {', '.join(sorted(held_topics - wanted))} and start the others from starting_offsets, which is not"
+            " a continuation.",
         )
     ]
 

@@ -86,6 +86,14 @@ def test_topic_pattern_and_max_offsets_per_trigger_are_honoured(kafka_broker, wr
     last = committed_batches(tmp_path / "checkpoint")[-1]
     assert kafka_offsets(tmp_path / "checkpoint", last) == {f"{prefix}-a": {"0": 40}, f"{prefix}-b": {"0": 40}}
 
+    # The checkpoint holds the offsets of -a and -b: subscribing to -other alone is refused before Spark starts.
+    other = {**changes["source"]["kafka"], "topic": f"{prefix}-other", "topic_pattern": None}
+    refused = run_job(write_settings({**changes, "source": {**changes["source"], "kafka": other}}, name="other.yaml"))
+    assert refused.returncode == 4, refused.stderr[-3000:]
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith(f"checkpoint error: source.kafka.topic is {prefix}-other in settings, but the checkpoint")
+    assert f"holds {prefix}-a, {prefix}-b: its offsets are those of these topics" in line
+
 
 def test_starting_offsets_latest_skips_what_the_topic_held_before_the_first_start(
     kafka_broker, write_settings, tmp_path

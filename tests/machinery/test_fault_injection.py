@@ -103,10 +103,15 @@ def test_sigint_is_handled_as_sigterm_is():
 
 def test_graceful_stop_exits_0_and_the_next_start_continues(spark, make_settings, write_settings, tmp_path):
     sent = signal.SIGTERM
-    changes = files_job(tmp_path, "parquet", ANY_PROVIDER, files=4)
+    changes = files_job(tmp_path, "parquet", ANY_PROVIDER, files=5)
     path = write_settings(changes)
     settings = make_settings(changes)
     checkpoint = Path(settings.query.checkpoint_location)
+    # The fifth file arrives after the stop: the restart has input, and its closing batch moves the
+    # watermark over everything (an available-now start with no new input runs no batch at all).
+    landing = Path(settings.source.files.path)
+    last_file = sorted(landing.iterdir())[-1]
+    held = last_file.rename(tmp_path / last_file.name)
 
     with open(tmp_path / "first-run.log", "w") as log:
         process = start_job(path, log)
@@ -120,7 +125,8 @@ def test_graceful_stop_exits_0_and_the_next_start_continues(spark, make_settings
     assert stopped_at == list(range(len(stopped_at))) and stopped_at[-1] >= in_flight
     assert logged_batches(checkpoint)[-1] == stopped_at[-1]
 
+    held.rename(last_file)
     restart = run_python("main.py", "--settings", str(path), env=clean_env())
     assert restart.returncode == 0, restart.stderr[-3000:]
-    assert committed_batches(checkpoint) == list(range(5))  # 4 files, then the closing batch
+    assert committed_batches(checkpoint) == list(range(6))  # 5 files, one per batch, then the closing batch
     assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))

@@ -299,7 +299,7 @@ def event_time_advice(message: str, settings: Settings) -> list[str]:
     its file (or Kafka topic, partition and offset), the row, and the ways on."""
     from ..endpoints.sources import UNUSABLE_EVENT_TIME
 
-    found = re.search(rf"{UNUSABLE_EVENT_TIME} (\S+) (.+?): (.+?); row (\{{.*\}})", message)
+    found = re.search(UNUSABLE_EVENT_TIME + r" (\S+) (.+?): (.+?); row (\{.*\})", message)
     if found is None:
         return []
     section, origin, why, row = found.groups()

@@ -34,6 +34,7 @@ from ..operators import NAMES, OPERATORS
 from ..plan_operators import PlanOperator, chain, flow_order
 from ..sizing import capacity
 from ..sizing.capacity import Estimate
+from ..sizing.partitions import SPARK_MAX_PARTITIONS
 
 if TYPE_CHECKING:
     OperatorName = str  # mypy makes no Literal of a tuple built at run time
@@ -55,8 +56,6 @@ MANAGED_CONFS = {
 }
 MANAGED_PREFIXES = {"spark.sql.streaming.stateStore.rocksdb.": "state_store.rocksdb"}
 ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-# spark.sql.shuffle.partitions is a Java int: Spark refuses a larger count only once it has started.
-SPARK_INT_MAX = 2**31 - 1
 # Conf names whose values are credentials: Spark's own redaction pattern, plus the account and
 # private keys of Azure and Google Cloud storage.
 SECRET_CONF = re.compile(r"(?i)secret|password|token|access[.]?key|account[.]key|private[.]key")
@@ -102,7 +101,7 @@ class SparkSettings(Section):
     shuffle_partitions: int = Field(
         200,
         gt=0,
-        le=SPARK_INT_MAX,
+        le=SPARK_MAX_PARTITIONS,  # Spark refuses a larger count only once it has started
         description=f"a whole number of partitions greater than zero (python -m {PACKAGE} estimate advises one)",
     )
     conf: dict[str, ConfValue] = Field(default_factory=dict, description="a mapping of Spark conf names to values")

@@ -32,6 +32,8 @@ UNKNOWN_CORES_PARTITIONS = 200
 # 150 MB/s. The HDFS-backed store has no such bound here: more partitions do not shrink an
 # executor's heap, so a large state is answered by the provider (capacity.py), not by partitions.
 ROCKSDB_COMFORT_BYTES = 8 * 1024**3
+# spark.sql.shuffle.partitions is a Java int: no advice goes past it.
+SPARK_MAX_PARTITIONS = 2**31 - 1
 # An explicit count above this multiple of the advice is warned about: every batch pays for it.
 TOO_MANY_FACTOR = 2
 # A count no first batch gets through, refused before a run pins it: more waves of state-store tasks
@@ -94,11 +96,16 @@ def advise(max_cores: int | None, provider: str, sizing: Estimate) -> PartitionA
             )
         else:
             step = max_cores or 1
-            recommended = math.ceil(needed / step) * step
+            recommended = min(math.ceil(needed / step) * step, SPARK_MAX_PARTITIONS)
             reasons.append(
                 f"raised to {num(recommended)}: {human_bytes(disk)} of local disk with growth needs {num(needed)}"
                 f" partitions to keep each within {human_bytes(ROCKSDB_COMFORT_BYTES)}"
                 + (f", rounded up to a multiple of {num(max_cores)} cores" if max_cores else "")
+                + (
+                    " (capped at Spark's most, a Java int: the state is beyond any cluster)"
+                    if recommended == SPARK_MAX_PARTITIONS
+                    else ""
+                )
             )
     return PartitionAdvice(max_cores, provider, recommended, tuple(reasons))
 

@@ -106,6 +106,12 @@ def latest_offsets(checkpoint: Path) -> tuple[int, dict[str, str]] | None:
     return int(path.name), {key: str(value) for key, value in metadata.get("conf", {}).items()}
 
 
+def last_committed(checkpoint: Path) -> int | None:
+    """The newest batch with a commit record, None before the first commit."""
+    path = highest_numbered(checkpoint / "commits")
+    return None if path is None else int(path.name)
+
+
 def batch_metadata(checkpoint: Path, batch: int) -> dict | None:
     """The metadata line of one batch's offsets file (its watermark, its pinned confs), None without one."""
     path = checkpoint / "offsets" / str(batch)

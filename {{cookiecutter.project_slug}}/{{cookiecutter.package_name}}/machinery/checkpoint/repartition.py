@@ -34,6 +34,7 @@ from .guard import (
     PROVIDER_CONF,
     check_log_files,
     highest_numbered,
+    last_committed,
     latest_offsets,
     local_checkpoint,
     provider_name,
@@ -243,8 +244,8 @@ def _run_runner(spark: SparkSession, chosen: Plan) -> int:
 
     manager = spark._streamingCheckpointManager  # private, evolving: the one call site
     manager.repartition(spark_path(str(chosen.checkpoint)), chosen.partitions_new, True)
-    batch = highest_numbered(chosen.checkpoint / "commits")
-    return int(batch.name) if batch is not None else -1
+    batch = last_committed(chosen.checkpoint)
+    return -1 if batch is None else batch
 
 
 def _rows(inspection: Inspection) -> dict[tuple[int, str], int]:

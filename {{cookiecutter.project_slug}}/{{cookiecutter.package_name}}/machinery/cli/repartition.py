@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from ..checkpoint.guard import highest_numbered, local_checkpoint
+from ..checkpoint.guard import last_committed, local_checkpoint
 from ..checkpoint.repartition import (
     Plan,
     RepartitionFailed,
@@ -157,8 +157,7 @@ def _finish_last_batch(spark, settings: Settings, chosen: Plan) -> Plan:
             f"batch {batch} failed when run again ({spark_message(error)}): start the job to see why; nothing"
             " was repartitioned"
         ) from None
-    committed = highest_numbered(chosen.checkpoint / "commits")
-    if committed is None or int(committed.name) != batch:
+    if last_committed(chosen.checkpoint) != batch:
         raise RepartitionRefused(f"batch {batch} did not commit when run again: start the job to see why")
     return dataclasses.replace(chosen, last_committed=batch, finish_first=False)
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from ..checkpoint.guard import highest_numbered, local_checkpoint
+from ..checkpoint.guard import last_committed, local_checkpoint
 from ..settings import Settings
 from .file_sink_log import LOG_DIR
 
@@ -21,11 +21,10 @@ MISSING_SHOWN = 3  # the missing files named in the line, of however many
 
 def lost_output(settings: Settings, checkpoint: Path) -> tuple[list[str], list[str]]:
     """(refusals, notes): committed output that is gone, one line each; a note where it cannot be told."""
-    committed = highest_numbered(checkpoint / "commits")
+    last = last_committed(checkpoint)
     output = None if settings.sink.type == "console" else local_checkpoint(settings.sink.path)
-    if committed is None or output is None:
+    if last is None or output is None:
         return [], []
-    last = int(committed.name)
     if settings.sink.type == "parquet":
         problem = _file_sink_problem(output, last)
     else:

@@ -23,7 +23,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from ..checkpoint.guard import highest_numbered, latest_offsets, local_checkpoint
+from ..checkpoint.guard import last_committed, latest_offsets, local_checkpoint
 from ..durations import parse_duration
 from ..endpoints.sinks import start_query
 from ..settings import Settings
@@ -104,9 +104,8 @@ def unfinished_batch(checkpoint: Path | None) -> int | None:
     """The batch whose offsets are logged and which has no commit, if the checkpoint ends with one."""
     if checkpoint is None:
         return None
-    latest = latest_offsets(checkpoint)
-    committed = highest_numbered(checkpoint / "commits")
-    if latest is None or (committed is not None and int(committed.name) >= latest[0]):
+    latest, committed = latest_offsets(checkpoint), last_committed(checkpoint)
+    if latest is None or (committed is not None and committed >= latest[0]):
         return None
     return latest[0]
 
@@ -164,8 +163,8 @@ def _how_it_stopped(checkpoint: Path | None, batch: int | None, stop_timeout: st
     if checkpoint is None:
         return "stopped between batches (the checkpoint is not local: its last batch is not checked here)"
     if batch is None:
-        committed = highest_numbered(checkpoint / "commits")
-        last = f"batch {committed.name} committed" if committed is not None else "no batch ran"
+        committed = last_committed(checkpoint)
+        last = f"batch {committed} committed" if committed is not None else "no batch ran"
         return f"stopped on a batch boundary: {last}, nothing in flight"
     why = (
         "a second signal asked to stop at once"

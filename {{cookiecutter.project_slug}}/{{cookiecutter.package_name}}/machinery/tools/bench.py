@@ -393,7 +393,7 @@ def recommendation(settings: Settings, plan: Sequence[PlanOperator], results: li
         + ".",
         f"Napkin math (settings.yaml, `estimate`): {sizing.recommended_provider}, for {sizing.rows:,} state rows"
         " at the capacity the settings state.",
-        "The measured sizes are what this machine holds in a short run; the napkin figure is about the"
+        "The measured sizes are those a short run on the cores above reaches; the napkin figure is about the"
         " production state size, where the HDFS-backed store's heap, not its speed, decides.",
     ]
 

@@ -143,6 +143,7 @@ def test_without_sample_event_and_events_from_rate_events_are_made_from_the_sche
         "source": rate,
         "sink": {"type": "parquet", "path": str(tmp_path / "output")},
         "query": {"checkpoint_location": str(tmp_path / "checkpoint"), "trigger": "1 second"},
+        "spark": {"shuffle_partitions": 2},  # not the bake's 200: each batch would run 100 waves of tasks
     }
     run = run_python(
         "main.py", "--settings", str(write_settings(changes, name="rate.yaml")), "--max-batches", "3",

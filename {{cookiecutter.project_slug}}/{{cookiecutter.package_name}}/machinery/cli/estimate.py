@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..operators import NAMES
@@ -14,7 +14,7 @@ from ..plan_operators import chain, unsized
 from ..runtime.query_plan import checked_plan
 from ..settings import Settings, load_settings
 from ..sizing import capacity, partitions
-from ..sizing.cluster_sizing import DEFAULT_EXECUTOR_MEMORY, ClusterSizing, cluster_report, size_cluster
+from ..sizing.cluster_sizing import DEFAULT_EXECUTOR_MEMORY, ClusterSizing, cluster_report, parse_memory, size_cluster
 from ..sizing.partitions import PartitionAdvice
 from .arguments import EXIT_BAD_INPUT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
 
@@ -121,6 +121,14 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             return EXIT_QUERY_FAILED
         overrides.update(measured_on=calibration.provider, measured_bytes_per_row=calibration.bytes_per_row)
     overrides["bytes_per_row_source"] = _bytes_source(args, calibration)
+    # The settings file is read once: here if the inputs above did not need it.
+    if settings is None and (args.check or args.executors is not None or args.executor_memory is not None):
+        settings = load_settings(args.settings)
+    try:  # the cluster's figures are checked before planning starts a JVM: a typo costs no wait
+        cluster_inputs = None if settings is None else cluster_inputs_of(settings, args.executors, args.executor_memory)
+    except ValueError as error:
+        print(f"estimate error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     # The operators of the query's plan, unless --operator asks about one operator alone.
     plan = None if settings is None or args.operator is not None else checked_plan(settings)
     for operator in [operator for operator in plan or [] if not operator.known]:
@@ -134,19 +142,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"estimate error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    # The settings file is read once: here if the inputs above did not need it.
-    if settings is None and (args.check or args.executors is not None or args.executor_memory is not None):
-        settings = load_settings(args.settings)
     if args.check:
-        assert settings is not None  # loaded just above
+        assert settings is not None  # loaded above
         return sizing_check(settings, sizing)
-    try:
-        cluster = (
-            None if settings is None else cluster_sizing_of(settings, sizing, args.executors, args.executor_memory)
-        )
-    except ValueError as error:
-        print(f"estimate error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    cluster = None if cluster_inputs is None else cluster_inputs.sized(sizing)
     advice = partition_advice(settings, sizing, args.max_cores)
     if args.json:
         result = sizing.to_dict()
@@ -172,33 +171,48 @@ def partition_advice(settings: Settings | None, sizing: capacity.Estimate, max_c
     return partitions.advise(max_cores, provider, sizing)
 
 
-def cluster_sizing_of(
-    settings: Settings, sizing: capacity.Estimate, executors: int | None, executor_memory: str | None
-) -> ClusterSizing | None:
-    """The cluster sizing for the flags, else the executors and memory of spark.conf; None without a count."""
+@dataclass(frozen=True)
+class ClusterInputs:
+    """The cluster sizing's inputs, from the flags or else spark.conf, each checked."""
+
+    settings: Settings
+    executors: int
+    memory: str
+    memory_field: str
+
+    def sized(self, sizing: capacity.Estimate) -> ClusterSizing:
+        rocksdb = self.settings.state_store.rocksdb
+        overhead = self.settings.spark.conf.get("spark.executor.memoryOverhead")
+        return size_cluster(
+            sizing,
+            self.settings.state_store.provider,
+            self.executors,
+            self.memory,
+            rocksdb.bounded_memory_usage,
+            rocksdb.max_memory_usage_mb,
+            None if overhead is None else str(overhead),
+            memory_field=self.memory_field,
+        )
+
+
+def cluster_inputs_of(settings: Settings, executors: int | None, executor_memory: str | None) -> ClusterInputs | None:
+    """The executors and memory of the flags, else of spark.conf; None without a count. A ValueError names a bad one."""
     conf = settings.spark.conf
     if executors is None:
         if "spark.executor.instances" not in conf:
             return None
         executors = positive_conf("spark.executor.instances", conf["spark.executor.instances"])
-    rocksdb = settings.state_store.rocksdb
-    overhead = conf.get("spark.executor.memoryOverhead")
     if executor_memory is not None:
         memory, field = executor_memory, "--executor-memory"
     elif "spark.executor.memory" in conf:
         memory, field = str(conf["spark.executor.memory"]), "spark.conf spark.executor.memory"
     else:
         memory, field = DEFAULT_EXECUTOR_MEMORY, "executor memory"
-    return size_cluster(
-        sizing,
-        settings.state_store.provider,
-        executors,
-        memory,
-        rocksdb.bounded_memory_usage,
-        rocksdb.max_memory_usage_mb,
-        None if overhead is None else str(overhead),
-        memory_field=field,
-    )
+    parse_memory(field, memory)
+    overhead = conf.get("spark.executor.memoryOverhead")
+    if overhead is not None:
+        parse_memory("spark.conf spark.executor.memoryOverhead", overhead)
+    return ClusterInputs(settings, executors, memory, field)
 
 
 def positive_conf(name: str, value: object) -> int:

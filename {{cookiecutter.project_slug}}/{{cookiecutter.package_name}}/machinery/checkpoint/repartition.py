@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..contract import PACKAGE
+from .copying import PARTIAL, copy_whole
 from .guard import (
     PARTITIONS_CONF,
     PROVIDER_CONF,
@@ -48,7 +49,6 @@ if TYPE_CHECKING:  # Spark is imported only when the checks pass
 
 COPY_SUFFIX = ".before-repartition"  # the copy kept by --keep-copy
 WORKING_COPY = ".repartitioning"  # the copy while the repartition runs: its presence means unfinished
-PARTIAL = ".partial"  # a copy being made
 DISCARDED = ".removing"  # a copy no longer needed, being removed
 ASIDE = ".failed-repartition"  # the checkpoint the runner changed, moved aside while the copy is put back
 
@@ -208,10 +208,8 @@ def repartition(
     """
     before = inspect(chosen.last_committed)
     copy = chosen.working_copy
-    partial = copy.with_name(copy.name + PARTIAL)
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(chosen.checkpoint, partial, symlinks=True)
-    partial.rename(copy)  # from here on the copy is whole, and its name says the repartition is unfinished
+    # From here on the copy is whole, and its name says the repartition is unfinished.
+    copy_whole(chosen.checkpoint, copy)
     try:
         batch = _run_runner(spark, chosen)
         after = inspect(batch)

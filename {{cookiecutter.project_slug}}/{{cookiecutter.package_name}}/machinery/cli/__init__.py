@@ -3,7 +3,8 @@
 Exit codes: 0 done, 1 the query failed, 2 bad settings or arguments, or a query Spark refuses, 3
 something the job needs is missing from this machine (Java, a connector JAR, the deltalake package,
 the local Kafka broker), 4 the settings or the query disagree with the existing checkpoint, or it is
-in use, or a repartition was refused (nothing was started or changed).
+in use, or a repartition or savepoint was refused (nothing was started or changed), or a savepoint
+or its restored copy differs from its manifest.
 """
 
 # (The docstring above is the description `--help` prints.) Each command module registers its
@@ -20,17 +21,18 @@ from ..checkpoint.inspection import InspectError
 from ..checkpoint.operator_list import OperatorsChanged
 from ..checkpoint.repartition import RepartitionRefused
 from ..checkpoint.run_lock import CheckpointBusy
+from ..checkpoint.savepoint import SavepointMismatch, SavepointRefused
 from ..contract import PACKAGE, QUERY_MODULE
 from ..endpoints.delta_writer import MissingPackageError
 from ..runtime.connectors import ConnectorError
 from ..runtime.java import JavaError
 from ..runtime.query_plan import QueryRefused
 from ..settings import SettingsError
-from . import bench, checkpoint, config, data, estimate, kafka, package, repartition, run
+from . import bench, checkpoint, config, data, estimate, kafka, package, repartition, run, savepoint
 from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_MISSING_DEPENDENCY
 
 # In the order `--help` lists their commands.
-COMMAND_MODULES = (run, estimate, package, checkpoint, repartition, bench, config, data, kafka)
+COMMAND_MODULES = (run, estimate, package, checkpoint, repartition, savepoint, bench, config, data, kafka)
 MISSING_DEPENDENCY_PREFIXES = {
     JavaError: "java error",
     ConnectorError: "connector error",
@@ -42,6 +44,8 @@ CHECKPOINT_PREFIXES = {
     CheckpointBusy: "checkpoint error",
     OperatorsChanged: "checkpoint error",
     RepartitionRefused: "repartition refused",
+    SavepointRefused: "savepoint refused",
+    SavepointMismatch: "savepoint error",
 }
 
 __all__ = ["main", "parser"]
@@ -66,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     except (JavaError, ConnectorError, MissingPackageError) as error:
         print(f"{MISSING_DEPENDENCY_PREFIXES[type(error)]}: {error}", file=sys.stderr)
         return EXIT_MISSING_DEPENDENCY
-    except (CheckpointUnreadable, CheckpointBusy, OperatorsChanged, RepartitionRefused) as error:
+    except tuple(CHECKPOINT_PREFIXES) as error:
         print(f"{CHECKPOINT_PREFIXES[type(error)]}: {error}", file=sys.stderr)
         return EXIT_CHECKPOINT_DRIFT
     except InspectError as error:

@@ -10,6 +10,11 @@ Prints one line per bake and writes the counts, the failures and the machine to
 RESULTS_DIR/spark_versions.json and spark_versions.md.
 
     .venv/bin/python benchmarks/spark_versions.py [--pyspark 4.3.0] [--operators deduplication,...]
+        [--proofs test_inspect.py,...] [-k EXPRESSION]
+
+--proofs and -k choose some proofs (files of tests/machinery, a pytest -k expression) within what CI
+runs in each bake, without the project's own tests; such a run writes spark_versions_selected.json
+and .md, so the whole suite's results stay as they were.
 """
 
 from __future__ import annotations
@@ -68,7 +73,16 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--pyspark", default="4.3.0", help="the pyspark release to run on (default: %(default)s)")
     parser.add_argument("--operators", default=",".join(OPERATORS), help="comma-separated (default: all four)")
     parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument(
+        "--venv", type=Path, help="the virtual environment to use or make (default: build/venv-pyspark-VERSION)"
+    )
+    parser.add_argument("--proofs", default="", help="comma-separated files of tests/machinery (default: all)")
+    parser.add_argument("-k", dest="keyword", default="", help="a pytest -k expression among the proofs")
     args = parser.parse_args()
+    args.proofs = [name.strip() for name in args.proofs.split(",") if name.strip()]
+    missing = [name for name in args.proofs if not (PROOFS / name).is_file()]
+    if missing:
+        parser.error(f"--proofs: no {', '.join(missing)} in {PROOFS}")
     args.operators = [name.strip() for name in args.operators.split(",") if name.strip()]
     unknown = sorted(set(args.operators) - set(OPERATORS))
     if unknown or not args.operators:
@@ -78,29 +92,43 @@ def arguments() -> argparse.Namespace:
     return args
 
 
-def environment(version: str) -> Path:
-    """build/venv-pyspark-<version>, created once, with that pyspark and the project's other dependencies."""
-    venv = REPO / "build" / f"venv-pyspark-{version}"
+def environment(version: str, venv: Path | None = None) -> Path:
+    """A virtual environment (default build/venv-pyspark-<version>), created once, with that pyspark
+    and the project's other dependencies."""
+    venv = venv or REPO / "build" / f"venv-pyspark-{version}"
     python = venv / "bin" / "python"
-    installed = subprocess.run([str(python), "-c", "import pyspark; print(pyspark.__version__)"], capture_output=True)
-    if installed.returncode == 0 and installed.stdout.decode().strip() == version:
-        return python
+    if python.exists():
+        installed = subprocess.run(
+            [str(python), "-c", "import pyspark; print(pyspark.__version__)"], capture_output=True
+        )
+        if installed.returncode == 0 and installed.stdout.decode().strip() == version:
+            return python
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", f"pyspark=={version}", *DEPENDENCIES], check=True)
     return python
 
 
-def run_bake(python: Path, operator: str, scratch: Path) -> dict[str, object]:
-    """Bake, then run the project's own tests and the machinery's proofs in it; the counts of both."""
+def run_bake(
+    python: Path, operator: str, scratch: Path, proofs: list[str] | None = None, keyword: str = ""
+) -> dict[str, object]:
+    """Bake, then run the project's own tests and the machinery's proofs in it; the counts of both.
+    With proofs or a keyword, only those proofs."""
     project = Path(
         cookiecutter(str(REPO), no_input=True, extra_context=ANSWERS[operator], output_dir=str(scratch / operator))
     )
     shutil.copytree(PROOFS, project / "machinery_tests", ignore=shutil.ignore_patterns("__pycache__"))
     pytest = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    suites = [
-        [*pytest, "tests"],
-        [*pytest, "-p", "tests.conftest", "machinery_tests", "-m", MARKERS[operator]],
+    chosen = [f"machinery_tests/{name}" for name in proofs or []] or ["machinery_tests"]
+    machinery = [
+        *pytest,
+        "-p",
+        "tests.conftest",
+        *chosen,
+        "-m",
+        MARKERS[operator],
+        *(["-k", keyword] if keyword else []),
     ]
+    suites = [machinery] if proofs or keyword else [[*pytest, "tests"], machinery]
     run: dict[str, object] = {
         "operator": operator,
         "exit": 0,
@@ -124,24 +152,28 @@ def run_bake(python: Path, operator: str, scratch: Path) -> dict[str, object]:
     return run
 
 
-def write_results(results_dir: Path, version: str, runs: list[dict[str, object]]) -> None:
-    """Write this run's bakes; the other operators' rows of an earlier run on the same pyspark are kept."""
+def write_results(results_dir: Path, version: str, runs: list[dict[str, object]], selection: str = "") -> None:
+    """Write this run's bakes; the other operators' rows of an earlier run on the same pyspark (and
+    selection) are kept. A selection of proofs writes spark_versions_selected.*."""
     machine = {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
-    earlier_file = results_dir / "spark_versions.json"
+    name = "spark_versions_selected" if selection else "spark_versions"
+    earlier_file = results_dir / f"{name}.json"
     earlier = json.loads(earlier_file.read_text()) if earlier_file.exists() else {}
-    if earlier.get("pyspark") == version:
+    if earlier.get("pyspark") == version and earlier.get("selection", "") == selection:
         rerun = {run["operator"] for run in runs}
         kept = [run for run in earlier.get("runs", []) if run["operator"] not in rerun]
         runs = sorted(kept + runs, key=lambda run: OPERATORS.index(str(run["operator"])))
     record = {"pyspark": version, "machine": machine, "runs": runs, "when": time.strftime("%Y-%m-%d")}
+    if selection:
+        record["selection"] = selection
     results_dir.mkdir(parents=True, exist_ok=True)
-    (results_dir / "spark_versions.json").write_text(json.dumps(record, indent=2) + "\n")
+    (results_dir / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
     lines = [
         f"# The suite on pyspark {version} ({record['when']}, {machine['cores']} cores)",
         "",
         "One bake per operator, answered as CI's: the generated project's tests and the machinery proofs",
         f"CI runs there, without Kafka and delta-spark (`-m '... and {NOT_HERE}'`).",
-        "",
+        *([f"Only these proofs, without the project's own tests: {selection}.", ""] if selection else [""]),
         "| operator | run on | passed | failed | skipped | seconds | failures |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -151,23 +183,24 @@ def write_results(results_dir: Path, version: str, runs: list[dict[str, object]]
             f"| {run['operator']} | {run.get('when', '-')} | {run.get('passed', 0)} | {run.get('failed', 0)} | {run.get('skipped', 0)}"
             f" | {run['seconds']} | {failures} |"
         )
-    (results_dir / "spark_versions.md").write_text("\n".join(lines) + "\n")
+    (results_dir / f"{name}.md").write_text("\n".join(lines) + "\n")
 
 
 def main() -> int:
     args = arguments()
-    python = environment(args.pyspark)
+    python = environment(args.pyspark, args.venv)
     runs = []
     with tempfile.TemporaryDirectory(prefix="spark-versions-") as scratch:
         for operator in args.operators:
-            run = run_bake(python, operator, Path(scratch))
+            run = run_bake(python, operator, Path(scratch), args.proofs, args.keyword)
             runs.append(run)
             print(json.dumps(run), flush=True)
             if run["exit"] != 0:
                 args.results_dir.mkdir(parents=True, exist_ok=True)
                 shutil.copy(Path(scratch) / f"{operator}.log", args.results_dir / f"spark_versions_{operator}.log")
-    write_results(args.results_dir, args.pyspark, runs)
-    print(f"results: {args.results_dir / 'spark_versions.md'}")
+    selection = " ".join([*args.proofs, *([f"-k '{args.keyword}'"] if args.keyword else [])])
+    write_results(args.results_dir, args.pyspark, runs, selection)
+    print(f"results: {args.results_dir / ('spark_versions_selected.md' if selection else 'spark_versions.md')}")
     return 0 if all(run["exit"] == 0 for run in runs) else 1
 
 

@@ -33,10 +33,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     inspect.add_argument(
         "--batch-id", type=non_negative_int, help="the state as of this batch (default: the last committed one)"
     )
-    inspect.add_argument(
+    what = inspect.add_mutually_exclusive_group()
+    what.add_argument(
         "--key",
         help="one key instead of the counts: the stores that hold it, its rows and times against the watermark,"
-        " and why it is held or gone (compared as text with each key column)",
+        " why it is held or gone (compared as text with each key column), and its puts and deletes batch by batch"
+        " where the store keeps a change feed",
+    )
+    what.add_argument(
+        "--changes",
+        action="store_true",
+        help="each store's puts and deletes per kept batch, from the change feed (HDFS-backed, or RocksDB with"
+        " changelog checkpointing), to set beside the progress' rows_updated and rows_removed",
     )
     inspect.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     inspect.set_defaults(handler=cmd_inspect)
@@ -99,7 +107,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         confs.update(secret_confs(settings))
     spark = local_session("inspect-state", {**confs, **READER_CONFS})
     try:
-        if args.key is not None:
+        if args.key is not None or args.changes:
             return _inspect_key(spark, location, facts, args)
         inspection = inspect_checkpoint(spark, location, facts, args.batch_id)
         plan = [] if settings is None else planned_operators(spark, settings)
@@ -112,17 +120,22 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _inspect_key(spark, location: str, facts: tuple[int | None, str], args: argparse.Namespace) -> int:
+    """inspect --key, or --changes: the reads of the state over the kept batches."""
+    from ..checkpoint import change_counts, key_lookup
     from ..checkpoint.guard import RESTORE_OR_RESTART, CheckpointUnreadable
     from ..checkpoint.inspection import spark_errors, spark_message, state_metadata
-    from ..checkpoint.key_lookup import find_key, render
 
     metadata, batch = state_metadata(spark, location, facts, args.batch_id)
     try:
-        lookup = find_key(spark, location, metadata, batch, args.key)
+        if args.changes:
+            counts = change_counts.count_changes(spark, location, metadata, batch)
+            print(json.dumps(counts.to_dict(), indent=2) if args.json else change_counts.render(counts))
+            return 0
+        lookup = key_lookup.find_key(spark, location, metadata, batch, args.key)
     except spark_errors() as error:
         raise CheckpointUnreadable(
             f"{location}: Spark cannot read the state: {spark_message(error)}; the checkpoint may be damaged:"
             f" {RESTORE_OR_RESTART}"
         ) from None
-    print(json.dumps(lookup.to_dict(), indent=2, default=str) if args.json else render(lookup))
+    print(json.dumps(lookup.to_dict(), indent=2, default=str) if args.json else key_lookup.render(lookup))
     return 0

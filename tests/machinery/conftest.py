@@ -72,9 +72,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", marker)
 
 
-def project_copy(folder: Path, query_edits: dict[str, str]) -> Path:
-    """The project (main.py and its package) copied into folder, with its query.py edited: old -> new
-    text, each found exactly once. A user's code change, made for real, on a copy."""
+def project_copy(folder: Path, query_edits: dict[str, str], module: str = "query.py") -> Path:
+    """The project (main.py and its package) copied into folder, with its query.py (or another module
+    of the user's, such as custom_state's sessions.py) edited: old -> new text, each found exactly
+    once. A user's code change, made for real, on a copy."""
     import shutil
 
     package = next(path.parent for path in PROJECT_DIR.glob("*/query.py"))

@@ -152,6 +152,8 @@ class Operator:
     held_until: str = ""
     # Why it runs on RocksDB only, or None when both stores can hold its state.
     rocksdb_only: str | None = None
+    # Whether Spark can encode its state in Avro (state_store.encoding_format avro): transformWithState only.
+    avro_encoding: bool = False
     # A stream-stream join reads a second input, join_source.
     two_inputs: bool = False
     # Output mode: these emit each row once, final; only the aggregation can also emit updates.
@@ -254,6 +256,7 @@ OPERATORS: dict[str, Operator] = {
             spark_name="transformWithStateInPandasExec",
             held_until="a key stays until the watermark passes its last event plus the session timeout; then its session is emitted and dropped",
             rocksdb_only="Spark runs transformWithState only on RocksDB",
+            avro_encoding=True,
             append_only=True,
             lifetime_setting="custom_state.session_timeout",
             sample_run_length=10,

@@ -20,9 +20,14 @@ from ..settings import Settings
 
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 # Pinned confs that settings own, and the setting that owns each; other pinned confs can only be
 # set through spark.conf.
-CONF_SETTINGS = {PROVIDER_CONF: "state_store.provider", PARTITIONS_CONF: "spark.shuffle_partitions"}
+CONF_SETTINGS = {
+    PROVIDER_CONF: "state_store.provider",
+    PARTITIONS_CONF: "spark.shuffle_partitions",
+    ENCODING_CONF: "state_store.encoding_format",
+}
 
 
 @dataclass(frozen=True)
@@ -212,6 +217,15 @@ def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
                     recorded,
                     "the state is split into that many partitions, and Spark keeps using them.",
                     convert=repartition_advice(provider_name(pinned.get(PROVIDER_CONF, "")), wanted[key]),
+                )
+            )
+        elif key == ENCODING_CONF:
+            drifts.append(
+                Drift(
+                    "state_store.encoding_format",
+                    wanted[key],
+                    recorded,
+                    "the state rows are encoded that way, and Spark keeps the encoding a checkpoint was started with.",
                 )
             )
         else:

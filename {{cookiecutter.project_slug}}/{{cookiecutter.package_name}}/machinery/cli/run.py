@@ -72,6 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO) -> int:
     from pyspark.errors import AnalysisException, StreamingQueryException
 
+    from ..checkpoint.schema_evolution import StateSchemaRefused, schema_refusal_advice
     from ..checkpoint.state_key import StateKeyChanged
     from ..endpoints.kafka_check import KafkaSourceError, check_kafka_inputs, require_brokers
     from ..runtime.connectors import require_connectors
@@ -86,7 +87,7 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO) -> in
         for remark in check_kafka_inputs(spark, settings):
             print(f"source: {remark}", file=remarks_to, flush=True)
         run_query(spark, settings, args.max_batches, args.timeout)
-    except StateKeyChanged as error:
+    except (StateKeyChanged, StateSchemaRefused) as error:
         print(f"checkpoint error: {error}", file=sys.stderr)
         return EXIT_CHECKPOINT_DRIFT
     except KafkaSourceError as error:
@@ -107,7 +108,9 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO) -> in
             print(line, file=sys.stderr)
         for line in disk_full_advice(chain, settings):
             print(line, file=sys.stderr)
-        for line in data_loss_advice(chain, settings) + bad_record_advice(chain, settings):
+        for line in (
+            data_loss_advice(chain, settings) + bad_record_advice(chain, settings) + schema_refusal_advice(chain)
+        ):
             print(line, file=sys.stderr)
         return EXIT_QUERY_FAILED
     finally:

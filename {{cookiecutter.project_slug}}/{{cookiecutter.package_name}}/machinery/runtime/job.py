@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from ..checkpoint.operator_list import check_operators
+from ..checkpoint.schema_evolution import check_state_schema
 from ..checkpoint.state_key import check_state_key
 from ..contract import QUERY_MODULE, user_query
 from ..endpoints.sinks import start_query
@@ -42,6 +43,8 @@ def follow_plan(result: DataFrame, settings: Settings, remarks_to: TextIO) -> li
     note = check_state_key(result.sparkSession, result, settings.query.checkpoint_location)
     if note:
         print(f"checkpoint: {note}", file=remarks_to, flush=True)
+    for evolution in check_state_schema(result, plan, settings.query.checkpoint_location):
+        print(f"state schema: {evolution}", file=remarks_to, flush=True)
     for operator in plan:
         if not operator.known:
             print(f"query: {unsized(operator)}", file=remarks_to, flush=True)

@@ -45,6 +45,7 @@ def spark_confs(settings: Settings) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
         f"{STATE_STORE}.providerClass": PROVIDER_CLASSES[settings.spark.platform][store.provider],
         "spark.sql.streaming.minBatchesToRetain": str(store.min_batches_to_retain),
+        f"{STATE_STORE}.encodingFormat": store.encoding_format,
         "spark.sql.session.timeZone": "UTC",
     }
     if settings.monitoring.metrics_enabled:

@@ -52,6 +52,7 @@ MANAGED_CONFS = {
     "spark.sql.streaming.stateStore.providerClass": "state_store.provider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "state_store.changelog_checkpointing",
     "spark.sql.streaming.minBatchesToRetain": "state_store.min_batches_to_retain",
+    "spark.sql.streaming.stateStore.encodingFormat": "state_store.encoding_format",
     "spark.sql.streaming.metricsEnabled": "monitoring.metrics_enabled",
 }
 MANAGED_PREFIXES = {"spark.sql.streaming.stateStore.rocksdb.": "state_store.rocksdb"}
@@ -147,6 +148,9 @@ class StateStoreSettings(Section):
     provider: Literal["hdfs", "rocksdb"] = Field(description="hdfs or rocksdb")
     changelog_checkpointing: bool = Field(False, description="true or false (rocksdb only)")
     min_batches_to_retain: int = Field(100, ge=1, description="a whole number of batches, 1 or more")
+    # How state rows are encoded; pinned by a checkpoint. The default is Spark's (and what checkpoints
+    # written before this setting hold); avro lets a custom_state processor's state schema evolve.
+    encoding_format: Literal["unsaferow", "avro"] = Field("unsaferow", description="unsaferow or avro")
     rocksdb: RocksDBSettings = Field(default_factory=RocksDBSettings)
 
     @model_validator(mode="after")
@@ -525,6 +529,11 @@ class Settings(BaseSettings):
                 problems.append(
                     f"{ran} but state_store.provider is hdfs: {op.rocksdb_only};"
                     " set state_store.provider to rocksdb (with a new checkpoint if one exists)"
+                )
+            if self.state_store.encoding_format == "avro" and not op.avro_encoding:
+                problems.append(
+                    f"{ran} but state_store.encoding_format is avro: Spark encodes only transformWithState's state"
+                    f" in Avro and refuses {name} at start; set state_store.encoding_format to unsaferow"
                 )
             if op.append_only and self.sink.output_mode != "append":
                 problems.append(

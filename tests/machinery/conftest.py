@@ -82,7 +82,7 @@ def project_copy(folder: Path, query_edits: dict[str, str], module: str = "query
     project = folder / "project"
     shutil.copytree(package, project / package.name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(PROJECT_DIR / "main.py", project)
-    query = project / package.name / "query.py"
+    query = project / package.name / module
     text = query.read_text()
     for old, new in query_edits.items():
         assert text.count(old) == 1, f"{old!r} is not in {query} exactly once"

@@ -57,10 +57,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_CHECKPOINT_DRIFT
     if report.last_batch is None:
         return 0
-    drift, operators = _plan_drift(settings)
+    drift, operators, evolutions = _plan_drift(settings)
     if drift:
         print(f"checkpoint error: {drift}", file=sys.stderr)
         return EXIT_CHECKPOINT_DRIFT
+    for evolution in evolutions:
+        print(f"state schema: {evolution}")
     print(
         f"checkpoint {report.checkpoint}: consistent with the settings and the query's {operators}"
         f" (last batch {report.last_batch})"
@@ -68,10 +70,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_drift(settings: Settings) -> tuple[str | None, str]:
-    """The query's stateful operators and their keys against the checkpoint's, read from the query's
-    plan in a local Spark session (nothing runs): the refusal a start would give, and the operators."""
+def _plan_drift(settings: Settings) -> tuple[str | None, str, list[str]]:
+    """The query's stateful operators, their keys and custom_state's state schemas against the
+    checkpoint's, read from the query's plan in a local Spark session (nothing runs): the refusal a
+    start would give, the operators, and the state schema changes Spark accepts."""
     from ..checkpoint.operator_list import operators_drift
+    from ..checkpoint.schema_evolution import state_schema_drift
     from ..checkpoint.state_key import state_key_drift
     from ..plan_operators import chain, flow_order
     from ..runtime.query_plan import read_plan, stand_in_result
@@ -87,9 +91,10 @@ def _plan_drift(settings: Settings) -> tuple[str | None, str]:
         if problems:
             raise SettingsError(problems)
         drift = drift or state_key_drift(spark, result, location)
+        schema_drift, evolutions = (None, []) if drift else state_schema_drift(result, plan, location)
     finally:
         spark.stop()
-    return drift, chain([operator.kind for operator in flow_order(plan)])
+    return drift or schema_drift, chain([operator.kind for operator in flow_order(plan)]), evolutions
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

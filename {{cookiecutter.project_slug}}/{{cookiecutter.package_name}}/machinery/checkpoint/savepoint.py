@@ -32,6 +32,7 @@ from .run_lock import LOCK_FILE, holder
 if TYPE_CHECKING:  # Spark is imported only when the checks pass
     from pyspark.sql import SparkSession
 
+FORMAT_VERSION_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 MANIFEST = "manifest.json"
 CHECKPOINT, OUTPUT = "checkpoint", "output"  # the savepoint's folders, and the manifest's names for them
 FORMAT = 1
@@ -187,12 +188,20 @@ def read_state(spark_session, checkpoint: Path, batch: int) -> list[dict[str, An
     from .inspection import checkpoint_facts, inspect_checkpoint
 
     spark: SparkSession = spark_session()
+    spark.conf.set(FORMAT_VERSION_CONF, _format_version(checkpoint, batch))
     inspection = inspect_checkpoint(spark, str(checkpoint), checkpoint_facts(str(checkpoint), batch), batch)
     return [
         {"operator_id": operator.operator_id, "operator": operator.operator, "store": store.store, "rows": store.rows}
         for operator in inspection.operators
         for store in operator.stores
     ]
+
+
+def _format_version(checkpoint: Path, batch: int) -> str:
+    """The state's checkpoint format version: 2 when the batch's commit record names the state files'
+    unique ids. Spark does not pin it, and a reader set to 1 fails on version 2's file names."""
+    lines = (checkpoint / "commits" / str(batch)).read_text(encoding="utf-8").splitlines()
+    return "2" if len(lines) > 1 and "stateUniqueIds" in json.loads(lines[1]) else "1"
 
 
 def read_manifest(savepoint: Path) -> dict[str, Any]:
@@ -327,7 +336,12 @@ def restore(savepoint: Path, manifest: dict[str, Any], targets: Targets) -> list
         if target is None:
             continue
         if target.is_dir():
-            target.rmdir()  # empty (checked): the copy takes its place
+            try:
+                target.rmdir()  # empty (checked): the copy takes its place
+            except OSError as error:  # a mount point, say: the copy cannot be renamed onto it
+                raise SavepointRefused(
+                    f"{target} cannot be replaced ({error.strerror}; a mount point?): give a new folder inside it"
+                ) from None
         with made_whole(target) as partial:
             shutil.copytree(savepoint / part, partial, symlinks=True)
             for path in path_records.uris_in(partial):

@@ -17,6 +17,7 @@ from pathlib import Path
 from ..contract import PACKAGE
 from ..runtime.session import PROVIDER_CLASSES, spark_confs
 from ..settings import Settings
+from ..settings.model import INTEGRITY_CONFS
 
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 PARTITIONS_CONF = "spark.sql.shuffle.partitions"
@@ -27,6 +28,7 @@ CONF_SETTINGS = {
     PROVIDER_CONF: "state_store.provider",
     PARTITIONS_CONF: "spark.shuffle_partitions",
     ENCODING_CONF: "state_store.encoding_format",
+    INTEGRITY_CONFS["row_checksums"]: "state_store.integrity.row_checksums",
 }
 
 
@@ -84,6 +86,7 @@ def check_checkpoint(settings: Settings) -> GuardReport:
         return report
     report.last_batch, pinned = latest
     report.drifts += conf_drifts(settings, pinned)
+    report.drifts += format_version_drifts(settings, checkpoint)
     report.drifts += source_drifts(settings, checkpoint / "offsets" / str(report.last_batch))
     from ..endpoints.output_check import lost_output  # (it reads the checkpoint through this module)
 
@@ -92,6 +95,13 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     report.notes += note
     if not any(drift.setting == "state_store.provider" for drift in report.drifts):
         report.notes += changelog_notes(settings, checkpoint)
+        committed = last_committed(checkpoint)
+        if settings.state_store.provider == "rocksdb" and committed is not None:
+            from .state_checks import snapshot_findings  # (it builds on this module)
+
+            notes, refusals = snapshot_findings(settings, checkpoint, committed)
+            report.notes += notes
+            report.refusals += refusals
     return report
 
 
@@ -231,10 +241,41 @@ def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
         else:
             drifts.append(
                 Drift(
-                    f"spark.conf.{key}", wanted[key], recorded, "Spark keeps the value the checkpoint was started with."
+                    CONF_SETTINGS.get(key, f"spark.conf.{key}"),
+                    wanted[key],
+                    recorded,
+                    "Spark keeps the value the checkpoint was started with.",
                 )
             )
     return drifts
+
+
+def format_version_drifts(settings: Settings, checkpoint: Path) -> list[Drift]:
+    """The state checkpoint format is not among the offsets' confs: Spark reads it from the conf on each
+    start. A commit record of format version 2 names the unique id of each state store's version (its
+    files are named after it); one of version 1 does not."""
+    held = held_format_version(checkpoint)
+    wanted = settings.state_store.integrity.checkpoint_format_version
+    if held is None or held == wanted:
+        return []
+    return [
+        Drift(
+            "state_store.integrity.checkpoint_format_version",
+            str(wanted),
+            str(held),
+            f"the state was written in format version {held} (see the commit records in {checkpoint}/commits), and"
+            f" Spark would look for its files as version {wanted} names them.",
+        )
+    ]
+
+
+def held_format_version(checkpoint: Path) -> int | None:
+    """The state checkpoint format version of the newest commit record, None without one."""
+    newest = highest_numbered(checkpoint / "commits")
+    lines = newest.read_text(encoding="utf-8", errors="replace").splitlines() if newest else []
+    if len(lines) < 2 or not lines[1].startswith("{"):
+        return None
+    return 2 if "stateUniqueIds" in json.loads(lines[1]) else 1
 
 
 def source_drifts(settings: Settings, offsets_file: Path) -> list[Drift]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..operators import BY_SPARK_NAME
+from ..settings.model import INTEGRITY_CONFS
 from ..sizing import capacity
 from ..text import first_line
 from .guard import (
@@ -27,6 +28,7 @@ from .guard import (
     RESTORE_OR_RESTART,
     CheckpointUnreadable,
     batch_metadata,
+    held_format_version,
     highest_numbered,
     latest_offsets,
     local_checkpoint,
@@ -41,6 +43,16 @@ READER_CONFS = {
     "spark.sql.streaming.stateStore.coordinatorReportSnapshotUploadLag": "false",
     "spark.sql.streaming.stateStore.forceSnapshotUploadOnLag": "false",
 }
+
+
+def reader_confs(location: str) -> dict[str, str]:
+    """READER_CONFS, and the format version the checkpoint's state was written in: Spark's state
+    reader takes it from the session, and finds no file of format version 2 under version 1."""
+    checkpoint = local_checkpoint(location)
+    held = None if checkpoint is None else held_format_version(checkpoint)
+    return {**READER_CONFS, **({} if held is None else {INTEGRITY_CONFS["checkpoint_format_version"]: str(held)})}
+
+
 # A join keeps two stores per side: keyWithIndexToValue holds the rows (what Spark's progress
 # counts as state rows, and what the sizing formula estimates); keyToNumValues is an index.
 JOIN_INDEX_STORES = ("left-keyToNumValues", "right-keyToNumValues")

@@ -100,7 +100,7 @@ def _plan_drift(settings: Settings) -> tuple[str | None, str, list[str]]:
 def cmd_inspect(args: argparse.Namespace) -> int:
     settings = None if args.checkpoint else load_settings(args.settings or DEFAULT_SETTINGS_FILE)
     location = args.checkpoint if settings is None else settings.query.checkpoint_location
-    from ..checkpoint.inspection import READER_CONFS, checkpoint_facts, inspect_checkpoint, render
+    from ..checkpoint.inspection import checkpoint_facts, inspect_checkpoint, reader_confs, render
 
     facts = checkpoint_facts(location, args.batch_id)  # what can be checked before Spark starts
     from ..runtime.query_plan import planned_operators
@@ -110,7 +110,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     confs = {} if settings is None else {key: str(value) for key, value in settings.spark.conf.items()}
     if settings is not None:
         confs.update(secret_confs(settings))
-    spark = local_session("inspect-state", {**confs, **READER_CONFS})
+    spark = local_session("inspect-state", {**confs, **reader_confs(location)})
     try:
         if args.key is not None or args.changes:
             return _inspect_key(spark, location, facts, args)

@@ -11,6 +11,7 @@ from typing import TextIO
 
 from ..checkpoint.guard import RESTORE_OR_RESTART, GuardReport, check_checkpoint, empty_state_files
 from ..checkpoint.run_lock import holding
+from ..checkpoint.state_checks import local_checksum_failures
 from ..contract import PACKAGE, QUERY_MODULE
 from ..endpoints.delta_writer import require_deltalake
 from ..runtime.java import launched_by_spark_submit
@@ -214,7 +215,8 @@ def damaged_checkpoint_advice(message: str, checkpoint: str) -> list[str]:
     paths = {"/" + path.lstrip("/").rstrip(".,;:)") for path in re.findall(r"(?:file:)?(/[^\s'\"]+)", message)}
     named = sorted(_state_version(path) for path in paths if path.startswith(root + "/"))
     if not named and "CANNOT_LOAD_STATE_STORE" in message and "://" not in root:
-        named = [str(path) for path in empty_state_files(Path(root))] or [f"{root}/state (a state file there)"]
+        damaged = {*empty_state_files(Path(root)), *local_checksum_failures(Path(root))}
+        named = [str(path) for path in sorted(damaged)] or [f"{root}/state (a state file there)"]
     if not named:
         return []
     return [

@@ -11,6 +11,7 @@ from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from ..settings import Settings, SettingsError, unset_secrets
+from ..settings.model import INTEGRITY_CONFS
 from .connectors import DELTA_CATALOG, DELTA_EXTENSION, fetch_failed, packages, resolver_confs
 from .java import launched_by_spark_submit, require_java
 from .project_files import project_file
@@ -50,6 +51,7 @@ def spark_confs(settings: Settings) -> dict[str, str]:
     }
     if settings.monitoring.metrics_enabled:
         confs["spark.sql.streaming.metricsEnabled"] = "true"
+    confs.update({conf: _text(getattr(store.integrity, field)) for field, conf in INTEGRITY_CONFS.items()})
     if store.provider == "rocksdb":
         confs[f"{STATE_STORE}.rocksdb.changelogCheckpointing.enabled"] = _text(store.changelog_checkpointing)
         for field, suffix in ROCKSDB_CONFS.items():

@@ -44,6 +44,13 @@ else:
 # The package this machinery belongs to names the environment prefix and the default paths.
 PACKAGE = __name__.split(".")[0]
 ENV_PREFIX = f"{PACKAGE.upper()}_"
+# settings.state_store.integrity field -> the Spark conf it sets (runtime/session.py sets them).
+INTEGRITY_CONFS = {
+    "checkpoint_format_version": "spark.sql.streaming.stateStore.checkpointFormatVersion",
+    "file_checksums": "spark.sql.streaming.checkpoint.fileChecksum.enabled",
+    "row_checksums": "spark.sql.streaming.stateStore.rowChecksum.enabled",
+    "auto_snapshot_repair": "spark.sql.streaming.stateStore.autoSnapshotRepair.enabled",
+}
 # Spark confs that settings manage; spark.conf may not set them behind the settings' back.
 MANAGED_CONFS = {
     "spark.master": "spark.master",
@@ -54,6 +61,7 @@ MANAGED_CONFS = {
     "spark.sql.streaming.minBatchesToRetain": "state_store.min_batches_to_retain",
     "spark.sql.streaming.stateStore.encodingFormat": "state_store.encoding_format",
     "spark.sql.streaming.metricsEnabled": "monitoring.metrics_enabled",
+    **{conf: f"state_store.integrity.{field}" for field, conf in INTEGRITY_CONFS.items()},
 }
 MANAGED_PREFIXES = {"spark.sql.streaming.stateStore.rocksdb.": "state_store.rocksdb"}
 ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -144,6 +152,20 @@ class RocksDBSettings(Section):
     track_total_number_of_rows: bool = Field(True, description="true or false")
 
 
+class IntegritySettings(Section):
+    """How far the state checkpoint checks itself (docs/state.md, "A checkpoint that checks itself").
+    The defaults are Spark 4.2's own, which is what checkpoints written before these settings hold."""
+
+    # 2: each state version's files carry a unique id named in the commit log; needed for file checksums.
+    checkpoint_format_version: Literal[1, 2] = Field(1, description="1 or 2 (2 needs provider rocksdb)")
+    # A checksum file beside each state file (format version 2 only); a mismatch fails the load.
+    file_checksums: bool = Field(True, description="true or false")
+    # A checksum in each state row, checked when state is loaded; pinned by a checkpoint.
+    row_checksums: bool = Field(False, description="true or false")
+    # A snapshot that fails to load is skipped and the state rebuilt from older ones and changelogs.
+    auto_snapshot_repair: bool = Field(True, description="true or false")
+
+
 class StateStoreSettings(Section):
     provider: Literal["hdfs", "rocksdb"] = Field(description="hdfs or rocksdb")
     changelog_checkpointing: bool = Field(False, description="true or false (rocksdb only)")
@@ -152,6 +174,7 @@ class StateStoreSettings(Section):
     # written before this setting hold); avro lets a custom_state processor's state schema evolve.
     encoding_format: Literal["unsaferow", "avro"] = Field("unsaferow", description="unsaferow or avro")
     rocksdb: RocksDBSettings = Field(default_factory=RocksDBSettings)
+    integrity: IntegritySettings = Field(default_factory=IntegritySettings)
 
     @model_validator(mode="after")
     def _changelog_needs_rocksdb(self) -> StateStoreSettings:
@@ -159,6 +182,11 @@ class StateStoreSettings(Section):
             raise ValueError(
                 "changelog_checkpointing is true but provider is hdfs: changelog checkpointing is a"
                 " RocksDB feature; set changelog_checkpointing to false"
+            )
+        if self.integrity.checkpoint_format_version == 2 and self.provider != "rocksdb":
+            raise ValueError(
+                "integrity.checkpoint_format_version is 2 but provider is hdfs: Spark writes format version 2"
+                " for RocksDB only; set integrity.checkpoint_format_version to 1"
             )
         return self
 

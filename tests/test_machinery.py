@@ -6,13 +6,13 @@ soak, the standalone cluster, the bad-settings table, ...). They need a real pro
 each run copies them into a fresh bake and runs them there, on that bake's example query. The
 machinery is byte for byte the same in every bake (tests/test_bake.py proves it), so a test that
 does not depend on the operator runs once, in the default bake (the chains of test_chains.py, marker
-`chains`, in a second default bake, so that they run beside the rest); a test marked `operator` runs in
+`chains`, and the savepoints and integrity faults, marker `state_files`, in a second default bake, so
+that they run beside the rest); a test marked `operator` runs in
 the bake of every operator (a parametrized one may mark only some cases: inspect in a fresh process
 per operator on RocksDB, on HDFS in the default bake only; bench in the default bake and in
 custom_state's, which runs on RocksDB alone); the standalone cluster test (marker `cluster`) runs in the join bake,
 on RocksDB with two inputs. A test marked `secondary` proves what another proves more strictly
-(it names which); CI leaves it and the soak out to stay under 25 minutes, `make test-all`
-(TEST_ALL=1) runs them.
+(it names which); CI leaves it and the soak out to save time, `make test-all` (TEST_ALL=1) runs them.
 Markers choose, never test names. (Splitting the default bake in two by the `faults` marker, one
 run per CI worker, was measured slower: 32:14 against 28:25 for the whole CI, since two
 Spark-heavy runs side by side on 2 cores slow each other down.)
@@ -36,13 +36,16 @@ LEFT_OUT = "" if os.environ.get("TEST_ALL") else " and not secondary and not soa
 BAKES = [
     pytest.param(
         {},
-        "not cluster and not chains" + LEFT_OUT,
+        "not cluster and not chains and not state_files" + LEFT_OUT,
         marks=DEFAULT_BAKE,
         id="windowed_aggregation:everything-but-the-cluster-and-the-chains",
     ),
-    # The chains of tests/machinery/test_chains.py in a default bake of their own, which xdist runs
-    # beside the two long groups (the custom_state chain runs in that bake: it needs its processor).
-    pytest.param({}, "chains and not operator" + LEFT_OUT, id="windowed_aggregation:chains"),
+    # The chains of tests/machinery/test_chains.py, the savepoints and the integrity faults in a default
+    # bake of their own, which xdist runs beside the two long groups (the custom_state chain runs in
+    # that bake: it needs its processor).
+    pytest.param(
+        {}, "(chains or state_files) and not operator" + LEFT_OUT, id="windowed_aggregation:chains-and-state-files"
+    ),
     pytest.param(
         {"stateful_operator": "deduplication"}, "operator" + LEFT_OUT, marks=OPERATOR_BAKES, id="deduplication:operator"
     ),

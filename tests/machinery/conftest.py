@@ -68,6 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "kafka: reads a real Kafka broker on 127.0.0.1 (the project's local one, from Maven Central)",
         "delta_spark: needs Delta Lake's JVM build for the installed Spark (there is none for Spark 4.3)",
         "chains: queries of several stateful operators written into a copy of the project (test_chains.py)",
+        "state_files: the state's files moved or damaged: savepoints, integrity faults (a second default bake runs them)",
     ):
         config.addinivalue_line("markers", marker)
 

@@ -27,7 +27,7 @@ from stream_job.machinery.settings.model import INTEGRITY_CONFS
 
 from .conftest import batch_expectation, clean_env, deep_merge, digest, files_job, run_python, write_settings_file
 
-pytestmark = [pytest.mark.streaming, pytest.mark.faults]
+pytestmark = [pytest.mark.streaming, pytest.mark.faults, pytest.mark.state_files]
 
 ON = {"checkpoint_format_version": 2, "file_checksums": True, "row_checksums": True, "auto_snapshot_repair": True}
 OFF = {"checkpoint_format_version": 1, "file_checksums": True, "row_checksums": False, "auto_snapshot_repair": False}

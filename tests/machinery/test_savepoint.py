@@ -23,7 +23,7 @@ from stream_job.machinery.settings import load_settings
 from .conftest import ANY_PROVIDER, batch_expectation, committed_batches, deep_merge, digest, files_job, run_cli
 from .test_repartition import hold_back, let_arrive, run_job
 
-pytestmark = [pytest.mark.streaming]
+pytestmark = [pytest.mark.streaming, pytest.mark.state_files]
 
 
 def refused(*args: str, expected: str, code: int = 4) -> str:

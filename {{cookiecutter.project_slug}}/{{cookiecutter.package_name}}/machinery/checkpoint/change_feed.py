@@ -6,8 +6,9 @@ key, value, partition_id), from the change file a store writes at every commit: 
 format version 2; version N is batch N - 1). RocksDB without changelog checkpointing writes snapshots
 only (`N.zip`): no change feed, and Spark's reader fails on the first missing file mid-read, so the
 files are looked for before Spark reads. The change feed of transformWithState's timers fails in
-Spark 4.2.1 (a ClassCastException in the reader): inspect --key reads them at the inspected batch
-only. Only reads, like the rest of inspect.
+Spark 4.2.1 with a ClassCastException in a session that has run the query (a fresh session reads it,
+on 4.2.1 and 4.3.0): it is left out, and inspect --key reads the timers at the inspected batch only.
+Only reads, like the rest of inspect.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ NO_CHANGE_FILES = (
     "this store keeps no change feed (RocksDB writes change files only with state_store.changelog_checkpointing:"
     " true, from the first batch run with it)"
 )
-TIMERS_WITHOUT_FEED = "the timers' change feed fails in Spark 4.2.1"
+TIMERS_WITHOUT_FEED = "their change feed fails in Spark 4.2.1 in a session that has run the query"
 
 
 @dataclass(frozen=True)
@@ -98,5 +99,5 @@ def read_feed(spark: SparkSession, location: str, options: dict[str, str], plan:
 
 
 def has_feed(options: dict[str, str]) -> bool:
-    """Whether Spark can read this store's change feed (not transformWithState's timers, on 4.2.1)."""
+    """Whether this store's change feed is read: not transformWithState's timers (see above)."""
     return "readRegisteredTimers" not in options

@@ -269,10 +269,11 @@ def format_version_drifts(settings: Settings, checkpoint: Path) -> list[Drift]:
     ]
 
 
-def held_format_version(checkpoint: Path) -> int | None:
-    """The state checkpoint format version of the newest commit record, None without one."""
-    newest = highest_numbered(checkpoint / "commits")
-    lines = newest.read_text(encoding="utf-8", errors="replace").splitlines() if newest else []
+def held_format_version(checkpoint: Path, batch: int | None = None) -> int | None:
+    """The state checkpoint format version of a batch's commit record (the newest one unless given): 2
+    when it names the state files' unique ids. None without a record. Spark does not pin it."""
+    record = highest_numbered(checkpoint / "commits") if batch is None else checkpoint / "commits" / str(batch)
+    lines = record.read_text(encoding="utf-8", errors="replace").splitlines() if record else []
     if len(lines) < 2 or not lines[1].startswith("{"):
         return None
     return 2 if "stateUniqueIds" in json.loads(lines[1]) else 1

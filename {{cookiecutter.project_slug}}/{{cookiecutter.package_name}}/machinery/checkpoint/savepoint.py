@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract import PACKAGE
 from ..settings import Settings
+from ..settings.model import INTEGRITY_CONFS
 from . import path_records
 from .copying import made_whole
-from .guard import check_log_files, last_committed, latest_offsets, local_checkpoint
+from .guard import check_log_files, held_format_version, last_committed, latest_offsets, local_checkpoint
 from .run_lock import LOCK_FILE, holder
 
 if TYPE_CHECKING:  # Spark is imported only when the checks pass
     from pyspark.sql import SparkSession
 
-FORMAT_VERSION_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 MANIFEST = "manifest.json"
 CHECKPOINT, OUTPUT = "checkpoint", "output"  # the savepoint's folders, and the manifest's names for them
 FORMAT = 1
@@ -188,20 +188,14 @@ def read_state(spark_session, checkpoint: Path, batch: int) -> list[dict[str, An
     from .inspection import checkpoint_facts, inspect_checkpoint
 
     spark: SparkSession = spark_session()
-    spark.conf.set(FORMAT_VERSION_CONF, _format_version(checkpoint, batch))
+    # A reader set to format version 1 fails on version 2's file names.
+    spark.conf.set(INTEGRITY_CONFS["checkpoint_format_version"], str(held_format_version(checkpoint, batch) or 1))
     inspection = inspect_checkpoint(spark, str(checkpoint), checkpoint_facts(str(checkpoint), batch), batch)
     return [
         {"operator_id": operator.operator_id, "operator": operator.operator, "store": store.store, "rows": store.rows}
         for operator in inspection.operators
         for store in operator.stores
     ]
-
-
-def _format_version(checkpoint: Path, batch: int) -> str:
-    """The state's checkpoint format version: 2 when the batch's commit record names the state files'
-    unique ids. Spark does not pin it, and a reader set to 1 fails on version 2's file names."""
-    lines = (checkpoint / "commits" / str(batch)).read_text(encoding="utf-8").splitlines()
-    return "2" if len(lines) > 1 and "stateUniqueIds" in json.loads(lines[1]) else "1"
 
 
 def read_manifest(savepoint: Path) -> dict[str, Any]:

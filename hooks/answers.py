@@ -55,33 +55,45 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
     result: dict[str, Any] = {"problems": found, "warnings": []}
     if found:
         return result
-    capacity, partitions = machinery["sizing.capacity"], machinery["sizing.partitions"]
+    capacity, partitions, core_rates = (
+        machinery[f"sizing.{name}"] for name in ("capacity", "partitions", "core_rates")
+    )
     operators = machinery["operators"].STARTERS[answers["stateful_operator"]]
     cores = optional_whole(answers["max_cores"])
     explicit = optional_whole(answers["shuffle_partitions"])
     count = explicit or partitions.base_count(cores)
     try:
         sizing, decision = size(capacity, operators, answers, count)
-        advice = partitions.advise(cores, decision.provider, sizing)
+        rate_cores = core_rates.advise(sizing, decision.provider)
+        advice = partitions.advise(cores, decision.provider, sizing, rate_cores.cores_with_growth)
         if explicit is None and advice.recommended != count:
-            # auto: the state asks for more partitions than the cores do; size again at that count.
+            # auto: the cores or the state ask for another count than the first guess; size again at it.
             count = advice.recommended
             sizing, decision = size(capacity, operators, answers, count)
+            rate_cores = core_rates.advise(sizing, decision.provider)  # the provider may have changed
     except ValueError as error:  # a pairing such as custom_state with hdfs
         result["problems"] = [f"{error}."]
         return result
     partition_lines = partitions.describe(advice, count, sizing)
+    too_few_cores = core_rates.against(rate_cores, cores)
     result.update(
-        warnings=implausible(answers, sizing),
+        warnings=implausible(answers, sizing) + ([f"{too_few_cores} (max_cores)."] if too_few_cores else []),
         operators=list(operators),
         provider=decision.provider,
         changelog_checkpointing=decision.changelog_checkpointing,
         shuffle_partitions=count,
         max_cores=cores,
-        decision_comment=decision_comment(answers, sizing, decision, partition_lines),
+        decision_comment=decision_comment(answers, sizing, decision, partition_lines, rate_cores.lines),
         against_recommendation=decision.against_recommendation,
         against_partition_advice=bool(partitions.against(advice, count, sizing)),
-        report=capacity.report(sizing, decision, partition_lines),
+        report=capacity.report(sizing, decision, partition_lines)
+        + "\nCores from the rate\n"
+        + "\n".join(f"  {line}" for line in rate_cores.lines),
+        cores_needed=rate_cores.cores_needed,
+        cores_with_growth=rate_cores.cores_with_growth,
+        busy_cores=round(rate_cores.busy_cores, 2),
+        target_load=rate_cores.target_load,
+        sizing_table=sizing_table(sizing, decision, rate_cores, count),
         rate_source_rows_per_second=rate_source_rows(number(answers["input_rows_per_second"])),
         join_rate_source_rows_per_second=rate_source_rows(join_rate(answers)),
         numbers={name: yaml_number(number(answers[name])) for name in ("input_rows_per_second", "state_growth_factor")}
@@ -102,7 +114,7 @@ def load_machinery(folder: Path) -> dict[str, ModuleType]:
     sys.modules[name] = package
     try:
         spec.loader.exec_module(package)
-        modules = ("durations", "operators", "sizing.capacity", "sizing.partitions")
+        modules = ("durations", "operators", "sizing.capacity", "sizing.partitions", "sizing.core_rates")
         return {module: importlib.import_module(f"{name}.{module}") for module in modules}
     finally:
         for loaded in [key for key in sys.modules if key == name or key.startswith(f"{name}.")]:
@@ -267,7 +279,36 @@ def implausible(answers: dict[str, Any], sizing: Any) -> list[str]:
     return warnings
 
 
-def decision_comment(answers: dict[str, Any], sizing: Any, decision: Any, partition_lines: list[str]) -> list[str]:
+def sizing_table(sizing: Any, decision: Any, cores: Any, partitions: int) -> list[list[str]]:
+    """Memory and cores side by side, for the generated README: what each comes from and comes to."""
+    e, rate = sizing, sizing.input_rows_per_second
+    memory = (
+        f"{e.total_bytes / 2**20:,.0f} MiB of heap ({e.projected_bytes_per_partition / 2**20:,.1f} MiB per partition"
+        " with growth)"
+        if decision.provider == "hdfs"
+        else f"{e.rocksdb_memory_bytes / 2**20:,.0f} MiB of native memory and {e.rocksdb_disk_bytes / 2**20:,.0f} MiB"
+        " of local disk"
+    )
+    return [
+        [f"at {rate:,.0f} rows/s" if rate == int(rate) else f"at {rate:,} rows/s", "memory", "cores"],
+        ["from", f"{e.rows:,} state rows x the bytes each takes", f"{cores.busy_cores:.2f} cores of work at the rate"],
+        [
+            "comes to",
+            f"{memory} on {decision.provider}",
+            f"{plural(cores.cores_needed, 'core')} needed ({cores.target_load:.0%} load)",
+        ],
+        ["with growth", f"x{e.growth_factor:g}", plural(cores.cores_with_growth, "core")],
+        ["pinned", f"provider {decision.provider}", f"{partitions} shuffle partitions"],
+    ]
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def decision_comment(
+    answers: dict[str, Any], sizing: Any, decision: Any, partition_lines: list[str], core_lines: tuple[str, ...]
+) -> list[str]:
     """The sizing written beside the provider key, so that the reasoning travels with the setting."""
     e, package = sizing, answers["package_name"]
     return [
@@ -290,6 +331,8 @@ def decision_comment(answers: dict[str, Any], sizing: Any, decision: Any, partit
         f"  recommended: {e.recommended_provider}; requested: {answers['state_store_provider']};"
         f" written: {decision.provider}",
         *decision.notes,
+        "Cores from the rate:",
+        *(f"  {line}" for line in core_lines),
         f"shuffle_partitions requested: {answers['shuffle_partitions']}; max_cores: {answers['max_cores']}",
         *partition_lines,
         "The provider and spark.shuffle_partitions are pinned into the checkpoint at the first run;",

@@ -250,17 +250,28 @@ def test_default_bake_prints_the_worked_example(out, capfd):
     assert "headline       = watermark 10 minutes (600 s) x 10,000 rows/s = 6,000,000 rows" in printed
     assert "= 6,600,000 rows" in printed
     # The payload, 64 B a row, and the HDFS heap it takes: + 322 B of measured overhead per row and
-    # 470 B per store instance (machinery/sizing/store_costs.py): 6,600,000 x 386 B + 200 x 470 B.
+    # 470 B per store instance (machinery/sizing/store_costs.py): 6,600,000 x 386 B + 3 x 470 B, on the
+    # 3 partitions that keep each below 1 GiB (max_cores not known; the rate needs 1 core: 2 partitions).
     assert "payload        = 6,600,000 rows x 64 B = 422,400,000 B" in printed
-    assert "hdfs heap      = 6,600,000 x 386 B + 200 x 470 B = 2,547,694,000 B (2.4 GiB)" in printed
-    assert "per partition  = 2,547,694,000 B / 200 partitions = 12,738,470 B" in printed
+    assert "hdfs heap      = 6,600,000 x 386 B + 3 x 470 B = 2,547,601,410 B (2.4 GiB)" in printed
+    assert "per partition  = 2,547,601,410 B / 3 partitions = 849,200,470 B" in printed
+    assert "raised to 3: 2.4 GiB of heap with growth needs 3 partitions to keep each below the 1.0 GiB" in printed
     # The bytes per row are the answer, and the report says so, with the way to measure them.
     assert "bytes per row  = 64 B: state_bytes_per_row as given (the key and value columns), an assumption" in printed
     assert "recommendation = hdfs" in printed
     assert "chosen         = hdfs, changelog checkpointing off" in printed
     text = (project / "settings.yaml").read_text()
     assert "#   headline rows = 10 minutes x 10000 rows/s = 6,000,000" in text
-    assert "#   per partition = 2,547,694,000 B / 200 = 12,738,470 B" in text
+    assert "#   per partition = 2,547,601,410 B / 3 = 849,200,470 B" in text
+    # The cores beside the memory: in the settings' comment and the README's sizing table.
+    assert "# Cores from the rate:\n  #   windowed_aggregation on hdfs: 10,000 rows/s / " in text
+    readme = (project / "README.md").read_text()
+    assert "| at 10,000 rows/s | memory | cores |\n| --- | --- | --- |\n" in readme
+    assert (
+        "| comes to | 2,430 MiB of heap (809.9 MiB per partition with growth) on hdfs | 1 core needed (70% load) |"
+        in readme
+    )
+    assert "| pinned | provider hdfs | 3 shuffle partitions |" in readme
     assert "#   payload = 6,600,000 x 64 B = 422,400,000 B; 64 B per row" in text
     assert "#     (key + value columns) is your answer, not a measurement:" in text
     assert "#     `python -m stream_job estimate --calibrate` measures the footprint per row" in text
@@ -283,8 +294,12 @@ def test_large_state_gets_rocksdb_with_changelog(out, capfd):
     assert (store["provider"], store["changelog_checkpointing"]) == ("rocksdb", True)
     result = run_in(project, "-m", "stream_job", "estimate", "--json")
     sizing = json.loads(result.stdout)
-    # 61 open windows x 60,000,000 keys; x (100 + 322) B of heap + 200 x 470 B, / 200 partitions.
-    assert (sizing["rows"], sizing["bytes_per_partition"]) == (3_660_000_000, 7_722_600_470)
+    # 61 open windows x 60,000,000 keys; x (100 + 322) B of heap + 470 B per partition, / the partitions,
+    # 2 per core the rate needs (max_cores not known).
+    partitions = settings_of(project)["spark"]["shuffle_partitions"]
+    assert partitions == 2 * sizing["cores_needed"] == sizing["partitions"]["recommended"]
+    assert sizing["rows"] == 3_660_000_000
+    assert sizing["bytes_per_partition"] == (3_660_000_000 * 422 + partitions * 470) // partitions
 
 
 def test_changelog_can_be_turned_off(out):
@@ -316,6 +331,27 @@ def test_partitions_are_advised_from_the_cores_with_the_reasoning(out, capfd):
     # The job's own estimate gives the same advice from settings.yaml.
     report = run_in(project, "-m", "stream_job", "estimate").stdout
     assert "  shuffle partitions = 6, advised 6:\n    2 tasks per core x 3 cores = 6\n" in report
+
+
+def test_a_rate_that_needs_more_cores_than_max_cores_is_baked_with_a_loud_warning(out, capfd):
+    project = bake(out, input_rows_per_second="1000000", watermark="1 minute", max_cores="2")
+    printed = capfd.readouterr()
+    sizing = json.loads(run_in(project, "-m", "stream_job", "estimate", "--json").stdout)
+    needed = sizing["cores_needed"]
+    assert needed > 2
+    assert "!" * 78 in printed.err
+    assert f"WARNING: the answered rate needs {needed} cores (" in printed.err
+    assert "more than max_cores 2: batches would outlast the trigger" in printed.err
+    # max_cores is known: the partitions follow it, and the settings keep the reasoning.
+    assert settings_of(project)["spark"]["shuffle_partitions"] == 4
+    assert (
+        f"cores needed = {sizing['cores']['busy_cores']:.2f} / 70% load = {needed}"
+        in (project / "settings.yaml").read_text()
+    )
+    # The project's own check says it too, and still passes: the rate is an answer, not a fault.
+    check = run_in(project, "-m", "stream_job", "estimate", "--check")
+    assert check.returncode == 0
+    assert f"sizing check WARNING: the answered rate needs {needed} cores" in check.stderr
 
 
 def test_partitions_are_raised_for_a_large_state(out):

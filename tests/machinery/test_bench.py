@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 
 import pytest
 
@@ -119,3 +120,68 @@ def test_bench_refuses_a_store_the_operator_cannot_run_on(write_settings, tmp_pa
         " on RocksDB)" in run.stderr
     )
     assert not (tmp_path / "bench").exists()
+
+
+def sustain(settings_path, *arguments: str):
+    command = ["-m", "stream_job", "sustain", "--settings", str(settings_path), *arguments]
+    return run_python(*command, env=clean_env())
+
+
+@pytest.mark.parametrize(
+    "operator", [pytest.param(BAKED_OPERATOR, marks=[pytest.mark.operator] if BAKED_OPERATOR == "custom_state" else [])]
+)
+def test_sustain_searches_rates_and_reports_the_time_per_row(write_settings, tmp_path, operator):
+    """Tries on one core from a rate far below what a core holds: it holds, and the next try goes where
+    its batch time points. The figures are the tries' own: the highest that held, its time per row
+    split by Spark's state metrics. custom_state's batches cost seconds whatever the rate: one try at
+    the settings' 10-second trigger."""
+    provider = "rocksdb+changelog" if operator == "custom_state" else "hdfs"
+    trigger, start, tries = ("10 seconds", 20, 1) if operator == "custom_state" else ("2 seconds", 100, 2)
+    path = write_settings({**SMALL, **OPERATOR_SETTINGS[operator]})
+    out = tmp_path / "out"
+    result = sustain(
+        path, "--cores", "1", "--providers", provider, "--trigger", trigger, "--start-rate", str(start),
+        "--max-tries", str(tries), "--batches", "2", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads((out / "sustain.json").read_text())
+    assert found["operator"] == operator and found["machine"]["cpus"]
+    (search,) = found["results"]
+    assert len(search["tries"]) == tries
+    first = search["tries"][0]
+    trigger_ms = 10_000 if operator == "custom_state" else 2_000
+    # A small fraction of what one core holds: far within the trigger.
+    assert first["rows_per_second"] == start and first["holds"] and first["batch_ms_p50"] <= trigger_ms
+    per_side = 2 if operator == "stream_stream_join" else 1
+    assert first["input_rows_per_batch"] == start * trigger_ms // 1000
+    assert first["input_rows_per_batch"] % per_side == 0
+    # The whole job was kept to one CPU where the machine has more (Linux).
+    assert first["cpus"] == (1 if len(os.sched_getaffinity(0)) > 1 else None)
+    if tries == 2:
+        assert search["tries"][1]["rows_per_second"] >= start * 1.25
+    held = [t["rows_per_second"] for t in search["tries"] if t["holds"]]
+    assert search["rows_per_second"] == max(held)
+    assert search["failed_at"] == min((t["rows_per_second"] for t in search["tries"] if not t["holds"]), default=None)
+    best = next(t for t in search["tries"] if t["rows_per_second"] == search["rows_per_second"])
+    assert search["rows_per_second_per_core"] == search["rows_per_second"]  # one core
+    assert search["core_us_per_row"] == pytest.approx(best["core_us_per_row"])
+    state_ms = best["state_update_ms"] + best["state_remove_ms"] + best["state_commit_ms"]
+    assert search["state_us_per_row"] == pytest.approx(state_ms * 1000 / best["input_rows_per_batch"])
+    assert state_ms > 0  # Spark's state metrics reached the figures
+    assert search["rest_us_per_row"] == pytest.approx(search["core_us_per_row"] - search["state_us_per_row"])
+    assert best["state_rows"] > 0
+    summary = result.stdout
+    assert f"| {provider} | 1 | {trigger} | {search['rows_per_second']:,.0f} |" in summary
+    assert "StateStoreBasicOperationsBenchmark" in summary and (out / "sustain.md").read_text() == summary
+
+
+def test_sustain_refuses_a_bad_request_before_running(write_settings, tmp_path):
+    path = write_settings(SMALL)
+    result = sustain(path, "--providers", "rocksdb+wal", "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith(
+        "sustain error: --providers rocksdb+wal: not a configuration; choose from hdfs, rocksdb, rocksdb+changelog"
+    )
+    result = sustain(path, "--trigger", "soon", "--out", str(tmp_path / "out"))
+    assert result.returncode == 2 and "sustain error: --trigger" in result.stderr
+    assert not (tmp_path / "out" / "runs").exists()

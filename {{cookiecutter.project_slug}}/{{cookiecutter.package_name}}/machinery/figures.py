@@ -10,6 +10,11 @@ def num(value: float) -> str:
     return f"{value:,.3f}".rstrip("0")
 
 
+def cores_text(count: float) -> str:
+    """'1 core', '3 cores'."""
+    return f"{num(count)} core" + ("" if count == 1 else "s")
+
+
 def human_bytes(value: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(value) < 1024 or unit == "TiB":

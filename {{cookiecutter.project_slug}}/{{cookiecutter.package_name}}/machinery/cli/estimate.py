@@ -13,7 +13,7 @@ from ..operators import NAMES
 from ..plan_operators import chain, unsized
 from ..runtime.query_plan import checked_plan
 from ..settings import Settings, load_settings
-from ..sizing import capacity, partitions
+from ..sizing import capacity, core_rates, partitions
 from ..sizing.cluster_sizing import DEFAULT_EXECUTOR_MEMORY, ClusterSizing, cluster_report, parse_memory, size_cluster
 from ..sizing.partitions import PartitionAdvice
 from .arguments import EXIT_BAD_INPUT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
@@ -88,7 +88,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     estimate.add_argument(
         "--check",
         action="store_true",
-        help="exit 2 when settings.yaml's provider is hdfs but the sizing needs rocksdb (for CI)",
+        help="exit 2 when settings.yaml's provider is hdfs but the sizing needs rocksdb (for CI); warn when the"
+        " rate needs more cores than capacity.max_cores",
     )
     estimate.set_defaults(handler=cmd_estimate)
 
@@ -142,13 +143,22 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"estimate error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    cores = core_advice(settings, sizing)
     if args.check:
         assert settings is not None  # loaded above
-        return sizing_check(settings, sizing)
+        return sizing_check(settings, sizing, cores)
     cluster = None if cluster_inputs is None else cluster_inputs.sized(sizing)
-    advice = partition_advice(settings, sizing, args.max_cores)
+    advice = partition_advice(settings, sizing, args.max_cores, cores)
+    max_cores = args.max_cores or (settings.capacity.max_cores if settings else None)
     if args.json:
         result = sizing.to_dict()
+        result["cores_needed"] = cores.cores_needed
+        result["cores"] = asdict(cores) | {
+            "rows_per_second_per_core": [
+                core_rates.per_core(part.operator, provider_of(settings, sizing)) for part in sizing.operators
+            ],
+            "against": core_rates.against(cores, max_cores),
+        }
         result["partitions"] = asdict(advice) | {
             "against": partitions.against(advice, sizing.shuffle_partitions, sizing)
         }
@@ -159,16 +169,41 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         print(capacity.report(sizing, partition_lines=partitions.describe(advice, sizing.shuffle_partitions, sizing)))
+        print(cores_report(cores, max_cores))
         print(cluster_report(cluster) if cluster else CLUSTER_HINT)
     return 0
 
 
-def partition_advice(settings: Settings | None, sizing: capacity.Estimate, max_cores: int | None) -> PartitionAdvice:
-    """The advice for the settings' provider (else the recommended one) and cores (else --max-cores)."""
+def provider_of(settings: Settings | None, sizing: capacity.Estimate) -> str:
+    """The settings' provider, else the recommended one."""
+    return sizing.recommended_provider if settings is None else settings.state_store.provider
+
+
+def core_advice(settings: Settings | None, sizing: capacity.Estimate) -> core_rates.CoreAdvice:
+    """The cores the rate needs on the settings' provider at the settings' trigger."""
+    return core_rates.advise(sizing, provider_of(settings, sizing), settings.query.trigger if settings else None)
+
+
+def cores_report(cores: core_rates.CoreAdvice, max_cores: int | None) -> str:
+    """The cores beside the memory: the working, and a warning when max_cores is fewer."""
+    lines = ["Cores from the rate", *(f"  {line}" for line in cores.lines)]
+    warning = core_rates.against(cores, max_cores)
+    if warning:
+        lines.append(f"  WARNING: {warning}.")
+    return "\n".join(lines)
+
+
+def partition_advice(
+    settings: Settings | None,
+    sizing: capacity.Estimate,
+    max_cores: int | None,
+    cores: core_rates.CoreAdvice,
+) -> PartitionAdvice:
+    """The advice for the settings' provider (else the recommended one) and cores (else --max-cores, else
+    the cores the rate needs, with growth)."""
     if max_cores is None and settings is not None:
         max_cores = settings.capacity.max_cores
-    provider = sizing.recommended_provider if settings is None else settings.state_store.provider
-    return partitions.advise(max_cores, provider, sizing)
+    return partitions.advise(max_cores, provider_of(settings, sizing), sizing, cores.cores_with_growth)
 
 
 @dataclass(frozen=True)
@@ -225,9 +260,13 @@ def positive_conf(name: str, value: object) -> int:
     return number
 
 
-def sizing_check(settings: Settings, sizing: capacity.Estimate) -> int:
-    """The bake-time decision, checked again: an HDFS-backed store that the sizing has outgrown fails."""
+def sizing_check(settings: Settings, sizing: capacity.Estimate, cores: core_rates.CoreAdvice) -> int:
+    """The bake-time decision, checked again: an HDFS-backed store that the sizing has outgrown fails;
+    a rate that needs more cores than capacity.max_cores is warned about."""
     chosen = settings.state_store.provider
+    warning = core_rates.against(cores, settings.capacity.max_cores)
+    if warning:
+        print(f"{'!' * 78}\nsizing check WARNING: {warning} (capacity.max_cores).\n{'!' * 78}", file=sys.stderr)
     per_partition = capacity.human_bytes(sizing.projected_bytes_per_partition)
     if chosen == "hdfs" and sizing.recommended_provider == "rocksdb":
         print(

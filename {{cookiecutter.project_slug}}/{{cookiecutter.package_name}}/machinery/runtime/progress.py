@@ -78,6 +78,8 @@ def batch_event(progress: dict[str, Any]) -> dict[str, Any]:
                 "rows_dropped_by_watermark": operator.get("numRowsDroppedByWatermark"),
                 "memory_used_bytes": operator.get("memoryUsedBytes"),
                 "commit_time_ms": operator.get("commitTimeMs"),
+                "update_time_ms": operator.get("allUpdatesTimeMs"),
+                "remove_time_ms": operator.get("allRemovalsTimeMs"),
                 "shuffle_partitions": operator.get("numShufflePartitions"),
                 "state_store_instances": operator.get("numStateStoreInstances"),
                 "custom_metrics": operator.get("customMetrics") or {},

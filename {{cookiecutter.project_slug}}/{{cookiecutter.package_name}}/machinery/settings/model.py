@@ -466,7 +466,7 @@ class CapacitySettings(Section):
         None, gt=0, description="rows per second greater than zero, or null"
     )
     state_bytes_per_row: int = Field(gt=0, description="bytes greater than zero")
-    # The most cores the job will run on, for the shuffle-partition advice; null: not known.
+    # The most cores the job will run on, for the shuffle-partition advice and the cores warning; null: not known.
     max_cores: int | None = Field(None, gt=0, description="a whole number of cores greater than zero, or null")
     state_growth_factor: float = Field(1.0, ge=1, description="a number of 1 or more")
     # A query of several stateful operators: an entry per operator, in the order events reach them.

@@ -19,8 +19,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..figures import human_bytes, num
-from .capacity import Estimate
+from ..figures import cores_text, human_bytes, num
+from .capacity import ROCKSDB_THRESHOLD_BYTES, Estimate
 
 # Databricks advises 1 to 2 x the cores for stateful queries; 2 gives a skewed partition's task
 # another core to wait on instead of stretching the whole batch.
@@ -67,13 +67,19 @@ def base_count(max_cores: int | None) -> int:
     return UNKNOWN_CORES_PARTITIONS if max_cores is None else for_cores(max_cores)
 
 
-def advise(max_cores: int | None, provider: str, sizing: Estimate) -> PartitionAdvice:
-    """The partitions for the most cores the job will run on (None: not known) and the state the
-    provider will hold, with growth."""
+def advise(max_cores: int | None, provider: str, sizing: Estimate, rate_cores: int | None = None) -> PartitionAdvice:
+    """The partitions for the most cores the job will run on (None: not known; then the cores the rate
+    needs with growth, core_rates.py, when given) and the state the provider will hold, with growth."""
     if max_cores is not None and max_cores < 1:
         raise ValueError(f"max_cores must be a whole number of 1 or more, got {max_cores!r}")
-    base = base_count(max_cores)
-    if max_cores is None:
+    base = base_count(max_cores if max_cores is not None else rate_cores)
+    if max_cores is None and rate_cores is not None:
+        reasons = [
+            f"{TASKS_PER_CORE} tasks per core x {cores_text(rate_cores)}, what the rate needs with growth"
+            f" = {num(base)} (max_cores not known: answer it, capacity.max_cores, to fit the count to your cluster;"
+            " a job that later runs on more cores uses no more than this many in its stateful stages)"
+        ]
+    elif max_cores is None:
         reasons = [
             f"max_cores not known: Spark's default {base}, enough for up to {base} cores"
             " (answer max_cores, capacity.max_cores, for a count fitted to your cluster)"
@@ -81,7 +87,18 @@ def advise(max_cores: int | None, provider: str, sizing: Estimate) -> PartitionA
     else:
         reasons = [f"{TASKS_PER_CORE} tasks per core x {num(max_cores)} cores = {num(base)}"]
     recommended = base
-    if provider == "hdfs":
+    heap = sizing.total_bytes * sizing.growth_factor
+    hdfs_floor = math.floor(heap / ROCKSDB_THRESHOLD_BYTES) + 1  # each partition below the threshold
+    if provider == "hdfs" and max_cores is None and rate_cores is not None and hdfs_floor > base:
+        step = rate_cores
+        recommended = min(math.ceil(hdfs_floor / step) * step, SPARK_MAX_PARTITIONS)
+        reasons.append(
+            f"raised to {num(recommended)}: {human_bytes(heap)} of heap with growth needs {num(hdfs_floor)} partitions"
+            f" to keep each below the {human_bytes(ROCKSDB_THRESHOLD_BYTES)} at which the sizing chooses rocksdb"
+            " (few cores must not turn the state into a rocksdb one)"
+            + (f", rounded up to a multiple of {cores_text(step)}" if step > 1 else "")
+        )
+    elif provider == "hdfs":
         reasons.append(
             f"each holds {human_bytes(sizing.total_bytes * sizing.growth_factor / base)} of heap with growth;"
             " more partitions do not shrink an executor's heap: a state too large for it needs rocksdb"
@@ -95,12 +112,12 @@ def advise(max_cores: int | None, provider: str, sizing: Estimate) -> PartitionA
                 f" {human_bytes(ROCKSDB_COMFORT_BYTES)} per partition"
             )
         else:
-            step = max_cores or 1
+            step = max_cores or rate_cores or 1
             recommended = min(math.ceil(needed / step) * step, SPARK_MAX_PARTITIONS)
             reasons.append(
                 f"raised to {num(recommended)}: {human_bytes(disk)} of local disk with growth needs {num(needed)}"
                 f" partitions to keep each within {human_bytes(ROCKSDB_COMFORT_BYTES)}"
-                + (f", rounded up to a multiple of {num(max_cores)} cores" if max_cores else "")
+                + (f", rounded up to a multiple of {cores_text(step)}" if step > 1 else "")
                 + (
                     " (capped at Spark's most, a Java int: the state is beyond any cluster)"
                     if recommended == SPARK_MAX_PARTITIONS

@@ -68,9 +68,15 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
         advice = partitions.advise(cores, decision.provider, sizing, rate_cores.cores_with_growth)
         if explicit is None and advice.recommended != count:
             # auto: the cores or the state ask for another count than the first guess; size again at it.
+            first = (count, sizing, decision)
             count = advice.recommended
             sizing, decision = size(capacity, operators, answers, count)
-            rate_cores = core_rates.advise(sizing, decision.provider)  # the provider may have changed
+            if cores is None and decision.provider != first[2].provider:
+                # The rate's cores asked for so many partitions that each would hold less than the threshold:
+                # that spreads the heap, it does not shrink it. The first count and decision stand.
+                count, sizing, decision = first
+                advice = partitions.advise(cores, decision.provider, sizing)
+            rate_cores = core_rates.advise(sizing, decision.provider)
     except ValueError as error:  # a pairing such as custom_state with hdfs
         result["problems"] = [f"{error}."]
         return result

@@ -89,7 +89,8 @@ def test_without_max_cores_the_partitions_follow_the_cores_the_rate_needs():
 
 
 def test_estimate_gives_the_cores_in_its_report_and_json():
-    args = ["--rate", str(10 * AGGREGATION_HDFS), "--watermark", "1 minute", "--bytes-per-row", "8"]
+    # 10 keys: a small state, so the HDFS-backed store is the recommended provider the cores are for.
+    args = ["--rate", str(10 * AGGREGATION_HDFS), "--watermark", "1 minute", "--bytes-per-row", "8", "--keys", "10"]
     args += ["--partitions", "4", "--operator", "windowed_aggregation"]
     result = run_cli("estimate", *args, "--json")
     assert result.returncode == 0, result.stderr
@@ -109,14 +110,16 @@ def test_estimate_gives_the_cores_in_its_report_and_json():
 
 
 def test_estimate_check_warns_loudly_when_max_cores_is_too_few(write_settings):
-    path = write_settings({"capacity": {"input_rows_per_second": 10 * AGGREGATION_HDFS, "max_cores": 2}})
+    # 10 keys: a state the HDFS-backed store holds, so that the cores are the one thing to say.
+    capacity = {"input_rows_per_second": 10 * AGGREGATION_HDFS, "key_cardinality": 10}
+    path = write_settings({"capacity": {**capacity, "max_cores": 2}})
     result = run_cli("estimate", "--settings", str(path), "--check")
     assert result.returncode == 0, result.stderr
     assert "!" * 78 in result.stderr
     assert "sizing check WARNING: the answered rate needs 15 cores" in result.stderr
     assert "more than max_cores 2" in result.stderr and "(capacity.max_cores)." in result.stderr
-    enough = write_settings({"capacity": {"input_rows_per_second": 10 * AGGREGATION_HDFS, "max_cores": 15}})
-    assert "WARNING" not in run_cli("estimate", "--settings", str(enough), "--check").stderr
+    enough = write_settings({"capacity": {**capacity, "max_cores": 15}})
+    assert "sizing check WARNING" not in run_cli("estimate", "--settings", str(enough), "--check").stderr
 
 
 def test_the_figures_say_where_they_come_from():

@@ -88,14 +88,22 @@ def advise(max_cores: int | None, provider: str, sizing: Estimate, rate_cores: i
         reasons = [f"{TASKS_PER_CORE} tasks per core x {num(max_cores)} cores = {num(base)}"]
     recommended = base
     heap = sizing.total_bytes * sizing.growth_factor
-    hdfs_floor = math.floor(heap / ROCKSDB_THRESHOLD_BYTES) + 1  # each partition below the threshold
+    # Each partition below the threshold, but no further than Spark's default count, at which the sizing
+    # decides: more partitions spread the heap, they do not shrink it.
+    hdfs_floor = min(math.floor(heap / ROCKSDB_THRESHOLD_BYTES) + 1, UNKNOWN_CORES_PARTITIONS)
     if provider == "hdfs" and max_cores is None and rate_cores is not None and hdfs_floor > base:
         step = rate_cores
         recommended = min(math.ceil(hdfs_floor / step) * step, SPARK_MAX_PARTITIONS)
+        below = heap / recommended < ROCKSDB_THRESHOLD_BYTES
         reasons.append(
-            f"raised to {num(recommended)}: {human_bytes(heap)} of heap with growth needs {num(hdfs_floor)} partitions"
-            f" to keep each below the {human_bytes(ROCKSDB_THRESHOLD_BYTES)} at which the sizing chooses rocksdb"
-            " (few cores must not turn the state into a rocksdb one)"
+            f"raised to {num(recommended)}: {human_bytes(heap)} of heap with growth"
+            + (
+                f" needs {num(hdfs_floor)} partitions to keep each below the {human_bytes(ROCKSDB_THRESHOLD_BYTES)} at"
+                " which the sizing chooses rocksdb (few cores must not turn the state into a rocksdb one)"
+                if below
+                else f", as at Spark's default {UNKNOWN_CORES_PARTITIONS}: more partitions spread the heap, they do"
+                " not shrink an executor's, and a state this large needs rocksdb"
+            )
             + (f", rounded up to a multiple of {cores_text(step)}" if step > 1 else "")
         )
     elif provider == "hdfs":

@@ -89,12 +89,12 @@ class Result:
     gc_ms_per_batch: float | None
 
 
-def rate_overrides(section: str, rows_per_batch: int, keys: int) -> dict[str, str]:
+def rate_overrides(section: str, rows_per_batch: int, keys: int, advance: str = "1 second") -> dict[str, str]:
     return {
         f"{section}__TYPE": "rate",
         f"{section}__RATE__ROWS_PER_BATCH": str(rows_per_batch),
         f"{section}__RATE__KEYS": str(keys),
-        f"{section}__RATE__ADVANCE_PER_BATCH": "1 second",
+        f"{section}__RATE__ADVANCE_PER_BATCH": advance,
         f"{section}__RATE__START_TIMESTAMP_MS": str(START_TIMESTAMP_MS),
     }
 

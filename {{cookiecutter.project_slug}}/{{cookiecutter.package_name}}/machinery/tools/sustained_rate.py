@@ -41,13 +41,13 @@ from ..sizing import core_rates
 from ..sizing.partitions import for_cores
 from .bench import (
     CONFIGURATIONS,
-    START_TIMESTAMP_MS,
     UNIQUE_KEYS,
     BenchError,
     BenchRunFailed,
     batch_events,
     machine,
     percentile,
+    rate_overrides,
     unsupported,
 )
 
@@ -149,16 +149,6 @@ def bench_spans(operator: str, trigger_seconds: float) -> dict[str, str]:
 WARMUP_BATCHES = WATERMARK_TRIGGERS + 1 + 2
 
 
-def source_overrides(section: str, rows_per_batch: int, trigger: str) -> dict[str, str]:
-    return {
-        f"{section}__TYPE": "rate",
-        f"{section}__RATE__ROWS_PER_BATCH": str(rows_per_batch),
-        f"{section}__RATE__KEYS": str(UNIQUE_KEYS),
-        f"{section}__RATE__ADVANCE_PER_BATCH": trigger,
-        f"{section}__RATE__START_TIMESTAMP_MS": str(START_TIMESTAMP_MS),
-    }
-
-
 def rows_per_batch(operator: str, rows_per_second: float, trigger_seconds: float) -> int:
     """Rows each source carries per batch: a join's rate is split between its two sides."""
     sides = 2 if OPERATORS[operator].two_inputs else 1
@@ -169,9 +159,9 @@ def try_environment(
     folder: Path, lead: str, configuration: str, cores: int, per_batch: int, trigger: str, conf: dict[str, str]
 ) -> dict[str, str]:
     provider, changelog = CONFIGURATIONS[configuration]
-    sources = source_overrides("SOURCE", per_batch, trigger)
+    sources = rate_overrides("SOURCE", per_batch, UNIQUE_KEYS, trigger)
     if OPERATORS[lead].two_inputs:
-        sources |= source_overrides("JOIN_SOURCE", per_batch, trigger)
+        sources |= rate_overrides("JOIN_SOURCE", per_batch, UNIQUE_KEYS, trigger)
     overrides = {
         **sources,
         **bench_spans(lead, parse_duration(trigger)),

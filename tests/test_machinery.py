@@ -6,8 +6,9 @@ soak, the standalone cluster, the bad-settings table, ...). They need a real pro
 each run copies them into a fresh bake and runs them there, on that bake's example query. The
 machinery is byte for byte the same in every bake (tests/test_bake.py proves it), so a test that
 does not depend on the operator runs once, in the default bake (the chains of test_chains.py, marker
-`chains`, and the savepoints and integrity faults, marker `state_files`, in a second default bake, so
-that they run beside the rest); a test marked `operator` runs in
+`chains`, and the savepoints and integrity faults, marker `state_files`, in a second default bake,
+which CI queues behind the first on the same worker: tests/conftest.py says why); a test marked
+`operator` runs in
 the bake of every operator (a parametrized one may mark only some cases: inspect in a fresh process
 per operator on RocksDB, on HDFS in the default bake only; bench in the default bake and in
 custom_state's, which runs on RocksDB alone); the standalone cluster test (marker `cluster`) runs in the join bake,
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import DEFAULT_BAKE, OPERATOR_BAKES, bake, run_in
+from .conftest import DEFAULT_BAKE, OPERATOR_BAKES, STATE_FILES_BAKE, bake, run_in
 
 pytestmark = pytest.mark.slow
 
@@ -39,12 +40,6 @@ BAKES = [
         "not cluster and not chains and not state_files" + LEFT_OUT,
         marks=DEFAULT_BAKE,
         id="windowed_aggregation:everything-but-the-cluster-and-the-chains",
-    ),
-    # The chains of tests/machinery/test_chains.py, the savepoints and the integrity faults in a default
-    # bake of their own, which xdist runs beside the two long groups (the custom_state chain runs in
-    # that bake: it needs its processor).
-    pytest.param(
-        {}, "(chains or state_files) and not operator" + LEFT_OUT, id="windowed_aggregation:chains-and-state-files"
     ),
     pytest.param(
         {"stateful_operator": "deduplication"}, "operator" + LEFT_OUT, marks=OPERATOR_BAKES, id="deduplication:operator"
@@ -61,6 +56,16 @@ BAKES = [
         "operator" + LEFT_OUT,
         marks=OPERATOR_BAKES,
         id="custom_state:operator",
+    ),
+    # The chains of tests/machinery/test_chains.py, the savepoints and the integrity faults in a default
+    # bake of their own (the custom_state chain runs in the custom_state bake: it needs its processor).
+    # Listed after the operator bakes: xdist queues it on the worker of the default bake, so it does
+    # not start last, behind the short tests, with the other worker left idle.
+    pytest.param(
+        {},
+        "(chains or state_files) and not operator" + LEFT_OUT,
+        marks=STATE_FILES_BAKE,
+        id="windowed_aggregation:chains-and-state-files",
     ),
 ]
 

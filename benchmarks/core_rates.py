@@ -3,7 +3,7 @@
 measure: bakes each operator's project and runs its `sustain` (the highest rate whose batches stay
 within a 2-second trigger, found by a bounded search) on each provider (RocksDB with changelog
 checkpointing) and core count. The local[1] figures go into the generated package's
-machinery/sizing/core_rates.py by hand (its comment says why local[1]).
+machinery/core/sizing/core_rates.py by hand (its comment says why local[1]).
 
 check: with those figures, per operator, two rates: one `estimate` advises 1 core for, and one it
 advises 2 for (90 % of the most 2 cores are advised for); each run on its advised cores (a

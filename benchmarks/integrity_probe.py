@@ -16,11 +16,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from stream_job.machinery.endpoints.sample_input import UNIQUE_KEYS, write_for_settings
-from stream_job.machinery.runtime.job import run_query
-from stream_job.machinery.runtime.session import apply_confs, local_session
-from stream_job.machinery.settings import Settings, load_settings
-from stream_job.machinery.sizing.calibration import trial_settings
+from stream_job.machinery.core.settings import Settings, load_settings
+from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS, write_for_settings
+from stream_job.machinery.job.runner import run_query
+from stream_job.machinery.job.session import apply_confs, local_session
+from stream_job.machinery.operations.calibration import trial_settings
 
 BASELINE = {"checkpoint_format_version": 1, "file_checksums": False, "row_checksums": False}
 # variant -> state_store.integrity; each adds one feature to the baseline, the last all of them.

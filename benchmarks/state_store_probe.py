@@ -14,11 +14,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from stream_job.machinery.endpoints.sample_input import UNIQUE_KEYS, write_for_settings
-from stream_job.machinery.runtime.job import run_query
-from stream_job.machinery.runtime.session import apply_confs, local_session
-from stream_job.machinery.settings import Settings, load_settings
-from stream_job.machinery.sizing.calibration import state_lifetime_seconds, trial_settings
+from stream_job.machinery.core.settings import Settings, load_settings
+from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS, write_for_settings
+from stream_job.machinery.job.runner import run_query
+from stream_job.machinery.job.session import apply_confs, local_session
+from stream_job.machinery.operations.calibration import state_lifetime_seconds, trial_settings
 
 TIMESTAMP = LONG = 8
 WINDOW = 2 * TIMESTAMP  # start and end

@@ -18,7 +18,7 @@ which changelog checkpointing writes only at snapshots):
 - the payload: the bytes of the key and value columns of those rows, as a user would count them
   (state_bytes_per_row's meaning).
 Prints the table and writes RESULTS_DIR/store_costs.json and store_costs.md; the constants in
-machinery/sizing/store_costs.py are copied from such a run, which is recorded beside them.
+machinery/core/sizing/store_costs.py are copied from such a run, which is recorded beside them.
 
     .venv/bin/python benchmarks/store_costs.py [--files 8] [--events-per-file 4000]
 """

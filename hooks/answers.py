@@ -109,7 +109,7 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
 
 
 def load_machinery(folder: Path) -> dict[str, ModuleType]:
-    """The durations and capacity modules of the template's machinery, under a fresh package name:
+    """The durations and capacity modules of the template's machinery core, under a fresh package name:
     cruft renders two versions of the template in one process, and each must use its own."""
     name = f"_template_machinery_{next(_LOADS)}"
     spec = importlib.util.spec_from_file_location(
@@ -121,7 +121,7 @@ def load_machinery(folder: Path) -> dict[str, ModuleType]:
     try:
         spec.loader.exec_module(package)
         modules = ("durations", "operators", "sizing.capacity", "sizing.partitions", "sizing.core_rates")
-        return {module: importlib.import_module(f"{name}.{module}") for module in modules}
+        return {module: importlib.import_module(f"{name}.core.{module}") for module in modules}
     finally:
         for loaded in [key for key in sys.modules if key == name or key.startswith(f"{name}.")]:
             del sys.modules[loaded]

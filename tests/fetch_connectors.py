@@ -46,7 +46,7 @@ def delta_coordinate() -> str:
 
 def main() -> None:
     started = time.monotonic()
-    kafka = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{machinery_module('runtime.connectors').kafka_connector_version(pyspark.__version__)}"
+    kafka = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{machinery_module('job.connectors').kafka_connector_version(pyspark.__version__)}"
     coordinates = [delta_coordinate(), kafka]
     spark = (
         SparkSession.builder.master("local[1]")
@@ -63,7 +63,7 @@ def main() -> None:
         sys.exit(f"fetch_connectors: {', '.join(coordinates)} resolved but {', '.join(missing)} did not load")
     print(f"fetch_connectors: {', '.join(coordinates)} in Ivy's cache ({time.monotonic() - started:.1f} s)")
     started = time.monotonic()
-    jars = machinery_module("tools.local_kafka").broker_jars()
+    jars = machinery_module("operations.local_kafka").broker_jars()
     print(f"fetch_connectors: the local Kafka broker's JARs in {jars} ({time.monotonic() - started:.1f} s)")
 
 

@@ -250,7 +250,7 @@ def test_default_bake_prints_the_worked_example(out, capfd):
     assert "headline       = watermark 10 minutes (600 s) x 10,000 rows/s = 6,000,000 rows" in printed
     assert "= 6,600,000 rows" in printed
     # The payload, 64 B a row, and the HDFS heap it takes: + 322 B of measured overhead per row and
-    # 470 B per store instance (machinery/sizing/store_costs.py): 6,600,000 x 386 B + 3 x 470 B, on the
+    # 470 B per store instance (machinery/core/sizing/store_costs.py): 6,600,000 x 386 B + 3 x 470 B, on the
     # 3 partitions that keep each below 1 GiB (max_cores not known; the rate needs 1 core: 2 partitions).
     assert "payload        = 6,600,000 rows x 64 B = 422,400,000 B" in printed
     assert "hdfs heap      = 6,600,000 x 386 B + 3 x 470 B = 2,547,601,410 B (2.4 GiB)" in printed
@@ -395,7 +395,7 @@ def test_growth_factor_moves_the_decision(out):
 def test_names_are_derived_and_overridable(out):
     project = bake(out, project_name="Clicks Per User")
     assert project.name == "clicks-per-user"
-    assert (project / "clicks_per_user" / "machinery" / "sizing" / "capacity.py").is_file()
+    assert (project / "clicks_per_user" / "machinery" / "core" / "sizing" / "capacity.py").is_file()
     project = bake(out, project_name="Orders", project_slug="orders-job", package_name="orders")
     assert project.name == "orders-job"
     assert (project / "orders" / "query.py").is_file()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import DEFAULT_BAKE, OPERATOR_BAKES, STATE_FILES_BAKE, bake, run_in
+from .conftest import DEFAULT_BAKE, OPERATOR_BAKES, STATE_FILES_BAKE, TEMPLATE, bake, run_in
 
 pytestmark = pytest.mark.slow
 
@@ -71,13 +71,15 @@ BAKES = [
 
 
 @pytest.mark.parametrize(("answers", "markers"), BAKES)
-def test_machinery_proofs_pass_in_a_real_bake(out, answers, markers):
+def test_machinery_proofs_pass_in_a_real_bake(out, answers, markers, request):
     project = bake(out, **answers)
     shutil.copytree(PROOFS, project / "machinery_tests", ignore=shutil.ignore_patterns("__pycache__"))
     # -p tests.conftest: the bake's own Spark session fixture serves the proofs too.
     command = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", "machinery_tests", "-m", markers]
     # The default bake's proofs take about 45 minutes on 2 cores: the bound leaves room, under CI's 90.
-    tests = run_in(project, *command, "--durations=20", timeout=4800)
+    # Each proof's duration, in JUnit XML under build/ beside the template's own (their 20 slowest in the log).
+    junit = TEMPLATE / "build" / "junit" / f"machinery-{request.node.callspec.id.replace(':', '-')}.xml"
+    tests = run_in(project, *command, "--durations=20", f"--junitxml={junit}", timeout=4800)
     # The proofs' own output, their 20 slowest included, kept beside the bake: where CI's time goes.
     (out / "machinery_tests.log").write_text(tests.stdout + tests.stderr)
     assert tests.returncode == 0, tests.stdout[-6000:] + tests.stderr[-3000:]

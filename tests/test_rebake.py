@@ -44,9 +44,7 @@ def edited_project(out: Path) -> Path:
 
 def loaded_settings(project: Path) -> dict:
     """The settings as the project's own loader reads them (it refuses what it cannot use)."""
-    code = (
-        "import json; from stream_job.machinery.settings import load_settings; print(load_settings().model_dump_json())"
-    )
+    code = "import json; from stream_job.machinery.core.settings import load_settings; print(load_settings().model_dump_json())"
     result = run_in(project, "-c", code)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)

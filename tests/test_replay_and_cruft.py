@@ -25,7 +25,7 @@ GIT_IDENTITY = {
     "GIT_COMMITTER_NAME": "Template Tests",
     "GIT_COMMITTER_EMAIL": "tests@example.invalid",
 }
-MACHINERY_FILE = Path("{{cookiecutter.project_slug}}", "{{cookiecutter.package_name}}", "machinery", "text.py")
+MACHINERY_FILE = Path("{{cookiecutter.project_slug}}", "{{cookiecutter.package_name}}", "machinery", "core", "text.py")
 TEMPLATE_CHANGE = (
     '\n\ndef shout(text: str) -> str:\n    """A change of the template\'s machinery."""\n    return text.upper()\n'
 )
@@ -146,7 +146,7 @@ def test_cruft_brings_a_machinery_change_into_a_project_and_keeps_the_users_edit
     assert stale.returncode == 1, stale.stdout
     run(BIN / "cruft", "update", "--skip-apply-ask", cwd=project)
 
-    assert (project / "orders" / "machinery" / "text.py").read_text().endswith(TEMPLATE_CHANGE)
+    assert (project / "orders" / "machinery" / "core" / "text.py").read_text().endswith(TEMPLATE_CHANGE)
     assert query.read_text() == edited
     assert run(BIN / "cruft", "check", cwd=project).returncode == 0
     # The updated project still loads its settings and sizes its state.

@@ -5,7 +5,7 @@
 
 import sys
 
-from {{ cookiecutter.package_name }}.machinery.cli import main
+from {{ cookiecutter.package_name }}.machinery.commands import main
 
 if __name__ == "__main__":
     raise SystemExit(main(["run", *sys.argv[1:]]))

@@ -22,11 +22,11 @@ import pytest
 import yaml
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from stream_job.machinery.durations import parse_duration
-from stream_job.machinery.endpoints.sample_input import write_sample_files
-from stream_job.machinery.settings import ENV_PREFIX, Settings, load_settings
+from stream_job.machinery.core.durations import parse_duration
+from stream_job.machinery.core.settings import ENV_PREFIX, Settings, load_settings
+from stream_job.machinery.job.endpoints.sample_input import write_sample_files
+from stream_job.machinery.operations import local_kafka
 from stream_job.machinery.testing import run_batch
-from stream_job.machinery.tools import local_kafka
 from stream_job.query import EVENT_SCHEMA, OPERATOR
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]

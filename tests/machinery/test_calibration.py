@@ -7,9 +7,9 @@ import json
 import math
 
 import pytest
-from stream_job.machinery.settings import load_settings
-from stream_job.machinery.sizing.calibration import MEASURES, CalibrationError, measure, measured_run
-from stream_job.machinery.sizing.store_costs import HEAP_PER_INSTANCE, ROCKSDB_DISK_PER_INSTANCE
+from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.core.sizing.store_costs import HEAP_PER_INSTANCE, ROCKSDB_DISK_PER_INSTANCE
+from stream_job.machinery.operations.calibration import MEASURES, CalibrationError, measure, measured_run
 
 from .conftest import BAKED_OPERATOR, deep_merge, operator_changes, run_cli, write_settings_file
 

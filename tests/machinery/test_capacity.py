@@ -6,9 +6,9 @@ import json
 import math
 
 import pytest
-from stream_job.machinery.durations import DurationError, parse_duration
-from stream_job.machinery.sizing.capacity import GIB, decide, estimate, report
-from stream_job.machinery.sizing.store_costs import (
+from stream_job.machinery.core.durations import DurationError, parse_duration
+from stream_job.machinery.core.sizing.capacity import GIB, decide, estimate, report
+from stream_job.machinery.core.sizing.store_costs import (
     COSTS,
     HEAP_PER_INSTANCE,
     ROCKSDB_DISK_PER_INSTANCE,

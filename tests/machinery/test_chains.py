@@ -22,8 +22,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.endpoints.sample_input import write_sample_files
-from stream_job.machinery.settings import load_settings
+from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 
 from .conftest import (
     BAKED_OPERATOR,
@@ -58,7 +58,7 @@ def stateful_query(events, query, join_events=None):
     """Orders matched with their payments within the range, then the matches counted per window."""
     from datetime import timedelta
 
-    from .machinery.durations import parse_duration
+    from .machinery.core.durations import parse_duration
 
     span = timedelta(seconds=parse_duration(query.join.range))
     left = events.withWatermark("event_time", query.watermark)
@@ -80,7 +80,7 @@ def stateful_query(events, query, join_events=None):
 COUNTED_COUNT = '''
 def stateful_query(events, query, join_events=None):
     """Events per key and window, then per key and a window twice as long: two aggregations."""
-    from .machinery.durations import parse_duration
+    from .machinery.core.durations import parse_duration
 
     first = (
         events.withWatermark("event_time", query.watermark)
@@ -104,7 +104,7 @@ def stateful_query(events, query, join_events=None):
     a stateful operator)."""
     from datetime import timedelta
 
-    from .machinery.durations import parse_duration
+    from .machinery.core.durations import parse_duration
     from .sessions import OUTPUT_SCHEMA, SessionProcessor
 
     custom = query.custom_state
@@ -354,7 +354,7 @@ def test_a_chain_restarts_survives_sigkill_and_equals_the_batch_job(spark, tmp_p
 
 
 def _state_metadata(checkpoint: Path) -> list[dict]:
-    from stream_job.machinery.checkpoint.guard import stateful_operators
+    from stream_job.machinery.core.checkpoint.files import stateful_operators
 
     return stateful_operators(checkpoint)
 
@@ -364,11 +364,11 @@ def _state_metadata(checkpoint: Path) -> list[dict]:
 # watermark, 3 s windows, ranges and timeouts, 36 batches (as test_state_rows).
 STEADY = """
 import json, statistics, sys
-from stream_job.machinery.runtime.job import build_result, run_query
-from stream_job.machinery.plan_operators import flow_order
-from stream_job.machinery.runtime.query_plan import read_plan
-from stream_job.machinery.runtime.session import apply_confs, local_session
-from stream_job.machinery.settings import load_settings
+from stream_job.machinery.job.runner import build_result, run_query
+from stream_job.machinery.core.plan_operators import flow_order
+from stream_job.machinery.job.query_plan import read_plan
+from stream_job.machinery.job.session import apply_confs, local_session
+from stream_job.machinery.core.settings import load_settings
 
 settings = load_settings(sys.argv[1])
 spark = local_session("chain-rows", {})

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from stream_job.machinery.endpoints.sample_input import write_sample_files
+from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 
 from .conftest import (
     PROJECT_DIR,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.endpoints.output import read_output
+from stream_job.machinery.job.endpoints.output import read_output
 
 from .conftest import (
     PROJECT_DIR,

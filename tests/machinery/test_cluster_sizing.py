@@ -6,10 +6,10 @@ import json
 import math
 
 import pytest
-from stream_job.machinery.figures import human_bytes
-from stream_job.machinery.sizing.capacity import estimate
-from stream_job.machinery.sizing.cluster_sizing import MIB, parse_memory, size_cluster
-from stream_job.machinery.sizing.store_costs import COSTS, HEAP_PER_INSTANCE
+from stream_job.machinery.core.figures import human_bytes
+from stream_job.machinery.core.sizing.capacity import estimate
+from stream_job.machinery.core.sizing.cluster_sizing import MIB, parse_memory, size_cluster
+from stream_job.machinery.core.sizing.store_costs import COSTS, HEAP_PER_INSTANCE
 
 from .conftest import jvm_free, run_cli
 

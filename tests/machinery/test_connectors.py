@@ -13,15 +13,15 @@ from pathlib import Path
 import pyspark
 import pytest
 import yaml
-from stream_job.machinery.runtime.connectors import (
+from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.connectors import (
     Connector,
     ConnectorError,
     missing_connectors,
     require_connectors,
     required_connectors,
 )
-from stream_job.machinery.runtime.session import static_confs
-from stream_job.machinery.settings import load_settings
+from stream_job.machinery.job.session import static_confs
 
 from .conftest import PROJECT_DIR, clean_env, run_python
 

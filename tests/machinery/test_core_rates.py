@@ -1,4 +1,4 @@
-"""Cores advised from the rate (machinery/sizing/core_rates.py): the working, the warning when
+"""Cores advised from the rate (machinery/core/sizing/core_rates.py): the working, the warning when
 max_cores is fewer, the partition advice that follows them, and estimate's report and JSON."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 import math
 
 import pytest
-from stream_job.machinery.sizing import core_rates
-from stream_job.machinery.sizing.capacity import estimate, estimate_chain
-from stream_job.machinery.sizing.core_rates import TARGET_LOAD, advise, against, per_core
-from stream_job.machinery.sizing.partitions import advise as advise_partitions
+from stream_job.machinery.core.sizing import core_rates
+from stream_job.machinery.core.sizing.capacity import estimate, estimate_chain
+from stream_job.machinery.core.sizing.core_rates import TARGET_LOAD, advise, against, per_core
+from stream_job.machinery.core.sizing.partitions import advise as advise_partitions
 
 from .conftest import run_cli
 

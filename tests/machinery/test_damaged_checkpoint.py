@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.endpoints.output import read_output
-from stream_job.machinery.endpoints.sample_input import write_sample_files
-from stream_job.machinery.runtime.job import run_query
-from stream_job.machinery.runtime.session import apply_confs
-from stream_job.machinery.settings import load_settings
+from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.endpoints.output import read_output
+from stream_job.machinery.job.endpoints.sample_input import write_sample_files
+from stream_job.machinery.job.runner import run_query
+from stream_job.machinery.job.session import apply_confs
 
 from .conftest import batch_expectation, clean_env, digest, files_job, run_python, write_settings_file
 

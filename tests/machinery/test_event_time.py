@@ -22,13 +22,13 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.cli.run import bad_record_advice
-from stream_job.machinery.endpoints.output import read_output
-from stream_job.machinery.endpoints.sources import with_usable_event_time
-from stream_job.machinery.runtime.progress import format_progress
-from stream_job.machinery.runtime.watchdog import StateWatchdog
-from stream_job.machinery.settings import SettingsError, load_settings
-from stream_job.machinery.tools import local_kafka
+from stream_job.machinery.commands.run import bad_record_advice
+from stream_job.machinery.core.settings import SettingsError, load_settings
+from stream_job.machinery.job.endpoints.output import read_output
+from stream_job.machinery.job.endpoints.sources import with_usable_event_time
+from stream_job.machinery.job.progress import format_progress
+from stream_job.machinery.job.watchdog import StateWatchdog
+from stream_job.machinery.operations import local_kafka
 from stream_job.query import EVENT_SCHEMA
 
 from .conftest import (

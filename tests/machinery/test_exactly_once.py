@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.endpoints.output import read_output
+from stream_job.machinery.job.endpoints.output import read_output
 
 from .conftest import (
     BAKED_OPERATOR,
@@ -93,8 +93,8 @@ CASES = [
 # what it reads is copied to parquet for the shared session to compare.
 READ_WITH_SPARK = """
 import sys
-from stream_job.machinery.runtime.session import build_session
-from stream_job.machinery.settings import load_settings
+from stream_job.machinery.job.session import build_session
+from stream_job.machinery.core.settings import load_settings
 settings = load_settings(sys.argv[1])
 spark = build_session(settings)
 spark.read.format("delta").load(settings.sink.path).write.parquet(sys.argv[2])

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.endpoints.output import read_output
-from stream_job.machinery.runtime.stopping import StopSignals
+from stream_job.machinery.job.endpoints.output import read_output
+from stream_job.machinery.job.stopping import StopSignals
 
 from .conftest import (
     ANY_PROVIDER,

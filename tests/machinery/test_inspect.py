@@ -9,21 +9,21 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from stream_job.machinery.checkpoint.change_counts import count_changes
-from stream_job.machinery.checkpoint.change_feed import NO_CHANGE_FILES, TIMERS_WITHOUT_FEED
-from stream_job.machinery.checkpoint.inspection import (
+from stream_job.machinery.core.durations import parse_duration
+from stream_job.machinery.core.operators import OPERATORS
+from stream_job.machinery.core.settings import Settings, load_settings
+from stream_job.machinery.job.runner import run_query
+from stream_job.machinery.job.session import apply_confs
+from stream_job.machinery.operations.change_counts import count_changes
+from stream_job.machinery.operations.change_feed import NO_CHANGE_FILES, TIMERS_WITHOUT_FEED
+from stream_job.machinery.operations.inspection import (
     TIMERS,
     InspectError,
     checkpoint_facts,
     inspect_checkpoint,
     state_metadata,
 )
-from stream_job.machinery.checkpoint.key_lookup import find_key, render, stores_of
-from stream_job.machinery.durations import parse_duration
-from stream_job.machinery.operators import OPERATORS
-from stream_job.machinery.runtime.job import run_query
-from stream_job.machinery.runtime.session import apply_confs
-from stream_job.machinery.settings import Settings, load_settings
+from stream_job.machinery.operations.key_lookup import find_key, render, stores_of
 
 from .conftest import BAKED_OPERATOR, digest, files_job, run_cli, write_settings_file
 

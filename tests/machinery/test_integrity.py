@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.checkpoint.guard import check_checkpoint
-from stream_job.machinery.checkpoint.state_checks import snapshot_version
-from stream_job.machinery.endpoints.output import read_output
-from stream_job.machinery.endpoints.sample_input import write_sample_files
-from stream_job.machinery.runtime.session import spark_confs
-from stream_job.machinery.settings import SettingsError, load_settings
-from stream_job.machinery.settings.model import INTEGRITY_CONFS
+from stream_job.machinery.core.confs import INTEGRITY_CONFS
+from stream_job.machinery.core.settings import SettingsError, load_settings
+from stream_job.machinery.job.endpoints.output import read_output
+from stream_job.machinery.job.endpoints.sample_input import write_sample_files
+from stream_job.machinery.job.guard import check_checkpoint
+from stream_job.machinery.job.session import spark_confs
+from stream_job.machinery.job.state_checks import snapshot_version
 
 from .conftest import batch_expectation, clean_env, deep_merge, digest, files_job, run_python, write_settings_file
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.endpoints.output import read_output
-from stream_job.machinery.tools import local_kafka
+from stream_job.machinery.job.endpoints.output import read_output
+from stream_job.machinery.operations import local_kafka
 
 from .conftest import (
     ANY_PROVIDER,

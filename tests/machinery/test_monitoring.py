@@ -17,10 +17,10 @@ import time
 import urllib.request
 
 import pytest
-from stream_job.machinery.runtime.job import run_query
-from stream_job.machinery.runtime.progress import format_progress
-from stream_job.machinery.runtime.session import apply_confs
-from stream_job.machinery.settings import load_settings
+from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.progress import format_progress
+from stream_job.machinery.job.runner import run_query
+from stream_job.machinery.job.session import apply_confs
 
 from .conftest import PROJECT_DIR, clean_env, deep_merge, free_port, run_python, write_settings_file
 from .test_soak import SOAK

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.endpoints.output import read_output
-from stream_job.machinery.runtime.job import run_query
-from stream_job.machinery.runtime.session import apply_confs
+from stream_job.machinery.job.endpoints.output import read_output
+from stream_job.machinery.job.runner import run_query
+from stream_job.machinery.job.session import apply_confs
 from stream_job.query import EVENT_SCHEMA
 
 from .conftest import BAKED_OPERATOR, deep_merge, operator_changes

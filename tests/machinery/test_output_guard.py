@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.endpoints.output import read_output
+from stream_job.machinery.job.endpoints.output import read_output
 
 from .conftest import ANY_PROVIDER, batch_expectation, clean_env, digest, files_job, run_cli, run_python
 

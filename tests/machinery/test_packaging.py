@@ -23,8 +23,8 @@ def test_package_zips_every_module_and_prints_the_submit_line(write_settings, tm
     zipped = zipfile.ZipFile(zip_path).namelist()
     modules = sorted(str(path.relative_to(PROJECT_DIR)) for path in (PROJECT_DIR / "stream_job").rglob("*.py"))
     # What a cluster never runs stays out: the local Kafka broker, bench and the tests' surface.
-    left_out = ["stream_job/machinery/testing.py", "stream_job/machinery/tools/bench.py"]
-    left_out += ["stream_job/machinery/tools/local_kafka.py"]
+    left_out = ["stream_job/machinery/testing.py", "stream_job/machinery/operations/bench.py"]
+    left_out += ["stream_job/machinery/operations/local_kafka.py"]
     assert sorted(zipped) == sorted(set(modules) - set(left_out))
     # The job's command line starts from the zip alone, as the driver does on a cluster.
     alone = tmp_path / "driver"

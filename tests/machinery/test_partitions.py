@@ -7,8 +7,8 @@ import math
 import os
 
 import pytest
-from stream_job.machinery.sizing.capacity import estimate
-from stream_job.machinery.sizing.partitions import ROCKSDB_COMFORT_BYTES, advise, against, describe, local_cores
+from stream_job.machinery.core.sizing.capacity import estimate
+from stream_job.machinery.core.sizing.partitions import ROCKSDB_COMFORT_BYTES, advise, against, describe, local_cores
 
 from .conftest import clean_env, run_cli, run_python
 

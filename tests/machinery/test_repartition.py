@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.endpoints.file_sink_log import COMPACT_INTERVAL_CONF
-from stream_job.machinery.endpoints.output import read_output
+from stream_job.machinery.core.checkpoint.sink_log import COMPACT_INTERVAL_CONF
+from stream_job.machinery.job.endpoints.output import read_output
 
 from .conftest import (
     BAKED_OPERATOR,
@@ -144,7 +144,7 @@ def test_repartition_4_to_8_and_back_keeps_the_output_exact(spark, make_settings
 
 
 def test_repartition_refusals_name_the_way_out_and_change_nothing(spark, make_settings, write_settings, tmp_path):
-    from stream_job.machinery.checkpoint.run_lock import holder
+    from stream_job.machinery.core.checkpoint.run_lock import holder
 
     # Changelog checkpointing on: --finish-last-batch runs a batch in the session that reads the state.
     changes = files_job(tmp_path / "rocks", "parquet", "rocksdb", changelog=True, files=3)

@@ -6,7 +6,7 @@ import json
 from datetime import timedelta
 
 import pytest
-from stream_job.machinery.endpoints.sample_input import write_sample_files
+from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 
 from .conftest import BAKED_OPERATOR, clean_env, operator_changes, project_copy, run_python
 

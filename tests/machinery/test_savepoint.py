@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.checkpoint.path_records import moved_uri
-from stream_job.machinery.checkpoint.run_lock import holding
-from stream_job.machinery.endpoints.output import read_output
-from stream_job.machinery.settings import load_settings
+from stream_job.machinery.core.checkpoint.path_records import moved_uri
+from stream_job.machinery.core.checkpoint.run_lock import holding
+from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.endpoints.output import read_output
 
 from .conftest import ANY_PROVIDER, batch_expectation, committed_batches, deep_merge, digest, files_job, run_cli
 from .test_repartition import hold_back, let_arrive, run_job

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.endpoints.output import read_output
+from stream_job.machinery.job.endpoints.output import read_output
 
 from .conftest import (
     ANY_PROVIDER,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from stream_job.machinery.settings import ENV_PREFIX, SettingsError, load_settings
+from stream_job.machinery.core.settings import ENV_PREFIX, SettingsError, load_settings
 
 from .conftest import BAKED_OPERATOR, PROJECT_DIR, PROJECT_SETTINGS, clean_env, deep_merge, digest, run_python
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 from pyspark.sql import functions as F
-from stream_job.machinery.endpoints.sources import read_events
-from stream_job.machinery.runtime.job import run_query
-from stream_job.machinery.runtime.session import apply_confs
-from stream_job.machinery.settings import load_settings
+from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.endpoints.sources import read_events
+from stream_job.machinery.job.runner import run_query
+from stream_job.machinery.job.session import apply_confs
 
 from .conftest import write_settings_file
 

@@ -8,8 +8,8 @@ import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.endpoints.sources import events_from_json, files_options, kafka_options
-from stream_job.machinery.settings import load_settings
+from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.endpoints.sources import events_from_json, files_options, kafka_options
 from stream_job.query import EVENT_SCHEMA
 
 SASL = {

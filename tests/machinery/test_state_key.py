@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from stream_job.machinery.checkpoint.guard import CheckpointUnreadable
-from stream_job.machinery.checkpoint.state_key import StateKeyChanged, check_state_key, state_keys
-from stream_job.machinery.runtime.job import build_result, run_query
-from stream_job.machinery.runtime.session import apply_confs
-from stream_job.machinery.settings import load_settings
+from stream_job.machinery.core.checkpoint.files import CheckpointUnreadable
+from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.runner import build_result, run_query
+from stream_job.machinery.job.session import apply_confs
+from stream_job.machinery.job.state_key import StateKeyChanged, check_state_key, state_keys
 
 from .conftest import BAKED_OPERATOR, clean_env, digest, files_job, project_copy, run_python, write_settings_file
 

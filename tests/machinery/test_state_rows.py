@@ -18,9 +18,9 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from stream_job.machinery.runtime.job import run_query
-from stream_job.machinery.runtime.session import apply_confs
-from stream_job.machinery.settings import load_settings
+from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.runner import run_query
+from stream_job.machinery.job.session import apply_confs
 
 from .conftest import BAKED_OPERATOR, write_settings_file
 

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.endpoints.output import read_output
-from stream_job.machinery.runtime.job import run_query
-from stream_job.machinery.runtime.session import PROVIDER_CLASSES, apply_confs
+from stream_job.machinery.core.confs import PROVIDER_CLASSES
+from stream_job.machinery.job.endpoints.output import read_output
+from stream_job.machinery.job.runner import run_query
+from stream_job.machinery.job.session import apply_confs
 from stream_job.query import EVENT_SCHEMA
 
 from .conftest import (

@@ -1,5 +1,5 @@
 """`python -m {{ cookiecutter.package_name }} <command>`: the machinery's command line."""
 
-from .machinery.cli import main
+from .machinery.commands import main
 
 raise SystemExit(main())

@@ -4,7 +4,7 @@
 This module is yours to edit, and the query may hold any stateful operators Spark allows, chained:
 the machinery (the `machinery` folder beside it) reads them from the plan of what stateful_query
 returns, and sizes, guards and inspects each. It calls exactly the names listed in
-machinery/contract.py: EVENT_SCHEMA and stateful_query, and where defined OPERATOR, Params,
+machinery/core/contract.py: EVENT_SCHEMA and stateful_query, and where defined OPERATOR, Params,
 events_from_rate and sample_event. Keep the functions pure DataFrame -> DataFrame: the same code
 runs on the stream in the job and on batch data in tests/test_query.py.
 """
@@ -19,9 +19,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 {% if op == "stream_stream_join" -%}
-from .machinery.durations import parse_duration
+from .machinery.core.durations import parse_duration
 {% endif -%}
-from .machinery.settings import QuerySettings
+from .machinery.core.settings import QuerySettings
 
 {% if op != "deduplicated_count" -%}
 # The starter this project was generated with. Only the sample input follows it: the sizing, the

@@ -25,13 +25,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from .contract import user_query
-from .durations import parse_duration
-from .endpoints.output import read_output
-from .endpoints.sample_input import write_for_settings
-from .runtime.job import run_query
-from .runtime.session import apply_confs
-from .settings import QuerySettings, Settings, load_settings
+from .core.contract import user_query
+from .core.durations import parse_duration
+from .core.settings import QuerySettings, Settings, load_settings
+from .job.endpoints.output import read_output
+from .job.endpoints.sample_input import write_for_settings
+from .job.runner import run_query
+from .job.session import apply_confs
 
 # The project's settings.yaml: beside the package, where the tests run.
 PROJECT_SETTINGS = Path(__file__).resolve().parents[2] / "settings.yaml"
@@ -133,7 +133,7 @@ class StreamTest:
 
 
 def _event_time() -> str:
-    from .endpoints.schema_events import roles
+    from .job.endpoints.schema_events import roles
 
     return roles(user_query().EVENT_SCHEMA).event_time
 

@@ -1,1 +1,0 @@
-"""The checkpoint: the guard against drift, the state key record, and inspect."""

@@ -1,0 +1,92 @@
+"""Command line: run the job, size the state, look at the output.
+
+Exit codes: 0 done, 1 the query failed, 2 bad settings or arguments, or a query Spark refuses, 3
+something the job needs is missing from this machine (Java, a connector JAR, the deltalake package,
+the local Kafka broker), 4 the settings or the query disagree with the existing checkpoint, or it is
+in use, or a repartition or savepoint was refused (nothing was started or changed), or a savepoint
+or its restored copy differs from its manifest.
+"""
+
+# (The docstring above is the description `--help` prints.) Each command module registers its
+# subcommands with a handler; main() calls the handler and turns the shared errors into exit codes.
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from ..core.checkpoint.files import CheckpointUnreadable
+from ..core.checkpoint.run_lock import CheckpointBusy
+from ..core.contract import PACKAGE, QUERY_MODULE
+from ..core.settings import SettingsError
+from ..job.connectors import ConnectorError
+from ..job.endpoints.delta_writer import MissingPackageError
+from ..job.java import JavaError
+from ..job.operator_list import OperatorsChanged
+from ..job.query_plan import QueryRefused
+from ..operations.inspection import InspectError
+from ..operations.repartition import RepartitionRefused
+from ..operations.savepoint import SavepointMismatch, SavepointRefused
+from . import bench, checkpoint, config, data, estimate, kafka, package, repartition, run, savepoint
+from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_MISSING_DEPENDENCY
+
+# In the order `--help` lists their commands.
+COMMAND_MODULES = (run, estimate, package, checkpoint, repartition, savepoint, bench, config, data, kafka)
+MISSING_DEPENDENCY_PREFIXES = {
+    JavaError: "java error",
+    ConnectorError: "connector error",
+    MissingPackageError: "package error",
+}
+# Refusals that leave the checkpoint as it was.
+CHECKPOINT_PREFIXES = {
+    CheckpointUnreadable: "checkpoint error",
+    CheckpointBusy: "checkpoint error",
+    OperatorsChanged: "checkpoint error",
+    RepartitionRefused: "repartition refused",
+    SavepointRefused: "savepoint refused",
+    SavepointMismatch: "savepoint error",
+}
+
+__all__ = ["main", "parser"]
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog=f"python -m {PACKAGE}", description=__doc__)
+    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        module.register(commands)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except SettingsError as error:
+        for line in error.lines:
+            print(f"settings error: {line}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (JavaError, ConnectorError, MissingPackageError) as error:
+        print(f"{MISSING_DEPENDENCY_PREFIXES[type(error)]}: {error}", file=sys.stderr)
+        return EXIT_MISSING_DEPENDENCY
+    except tuple(CHECKPOINT_PREFIXES) as error:
+        print(f"{CHECKPOINT_PREFIXES[type(error)]}: {error}", file=sys.stderr)
+        return EXIT_CHECKPOINT_DRIFT
+    except InspectError as error:
+        print(f"inspect error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except PermissionError as error:  # reading the checkpoint (the guard, inspect), copying it (repartition)
+        print(
+            f"permission error: {error.filename}: {error.strerror} for this user (nothing is damaged); give the user"
+            f" that runs the job access: chmod -R u+rwX {shlex.quote(str(error.filename))} (or chown -R it to that"
+            " user)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    except QueryRefused as error:
+        print(
+            f"query error: Spark refuses the query of {QUERY_MODULE}: {error}; change the query (no batch ran)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT

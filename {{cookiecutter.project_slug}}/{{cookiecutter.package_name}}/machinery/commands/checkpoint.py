@@ -1,0 +1,146 @@
+"""`check` and `inspect`: the existing checkpoint against the settings, and the state it holds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..core.settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_settings
+from ..job.guard import check_checkpoint
+from .arguments import EXIT_CHECKPOINT_DRIFT, add_settings_argument, non_negative_int
+from .run import guard_passes
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    check = commands.add_parser(
+        "check", help="compare the settings and the query with the existing checkpoint; nothing runs (exit 4 on drift)"
+    )
+    add_settings_argument(check)
+    check.set_defaults(handler=cmd_check)
+
+    inspect = commands.add_parser(
+        "inspect", help="read the checkpoint's state: rows and bytes per partition, skew, kept batches, the estimate"
+    )
+    where = inspect.add_mutually_exclusive_group()
+    where.add_argument(
+        "--settings",
+        type=Path,
+        help=f"inspect query.checkpoint_location and compare with these settings' estimate (default: {DEFAULT_SETTINGS_FILE})",
+    )
+    where.add_argument("--checkpoint", help="inspect this checkpoint directory instead (no estimate to compare)")
+    inspect.add_argument(
+        "--batch-id", type=non_negative_int, help="the state as of this batch (default: the last committed one)"
+    )
+    what = inspect.add_mutually_exclusive_group()
+    what.add_argument(
+        "--key",
+        help="one key instead of the counts: the stores that hold it, its rows and times against the watermark,"
+        " why it is held or gone (compared as text with each key column), and its puts and deletes batch by batch"
+        " where the store keeps a change feed",
+    )
+    what.add_argument(
+        "--changes",
+        action="store_true",
+        help="each store's puts and deletes per kept batch, from the change feed (HDFS-backed, or RocksDB with"
+        " changelog checkpointing), to set beside the progress' rows_updated and rows_removed",
+    )
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of the tables")
+    inspect.set_defaults(handler=cmd_inspect)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    settings = load_settings(args.settings)
+    report = check_checkpoint(settings)
+    if not guard_passes(report):
+        return EXIT_CHECKPOINT_DRIFT
+    if report.last_batch is None:
+        return 0
+    drift, operators, evolutions = _plan_drift(settings)
+    if drift:
+        print(f"checkpoint error: {drift}", file=sys.stderr)
+        return EXIT_CHECKPOINT_DRIFT
+    for evolution in evolutions:
+        print(f"state schema: {evolution}")
+    print(
+        f"checkpoint {report.checkpoint}: consistent with the settings and the query's {operators}"
+        f" (last batch {report.last_batch})"
+    )
+    return 0
+
+
+def _plan_drift(settings: Settings) -> tuple[str | None, str, list[str]]:
+    """The query's stateful operators, their keys and custom_state's state schemas against the
+    checkpoint's, read from the query's plan in a local Spark session (nothing runs): the refusal a
+    start would give, the operators, and the state schema changes Spark accepts."""
+    from ..core.plan_operators import chain, flow_order
+    from ..job.operator_list import operators_drift
+    from ..job.query_plan import read_plan, stand_in_result
+    from ..job.schema_evolution import state_schema_drift
+    from ..job.session import local_session
+    from ..job.state_key import state_key_drift
+
+    spark = local_session("check-plan", {})
+    try:
+        result = stand_in_result(spark, settings)
+        plan = read_plan(result)
+        location = settings.query.checkpoint_location
+        drift = operators_drift(plan, location)
+        problems = [] if drift else settings.plan_problems(plan)
+        if problems:
+            raise SettingsError(problems)
+        drift = drift or state_key_drift(spark, result, location)
+        schema_drift, evolutions = (None, []) if drift else state_schema_drift(result, plan, location)
+    finally:
+        spark.stop()
+    return drift or schema_drift, chain([operator.kind for operator in flow_order(plan)]), evolutions
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    settings = None if args.checkpoint else load_settings(args.settings or DEFAULT_SETTINGS_FILE)
+    location = args.checkpoint if settings is None else settings.query.checkpoint_location
+    from ..operations.inspection import checkpoint_facts, inspect_checkpoint, reader_confs, render
+
+    facts = checkpoint_facts(location, args.batch_id)  # what can be checked before Spark starts
+    from ..job.query_plan import planned_operators
+    from ..job.session import local_session, secret_confs
+
+    # The user's own confs may carry what a cloud checkpoint needs (credentials, file systems).
+    confs = {} if settings is None else {key: str(value) for key, value in settings.spark.conf.items()}
+    if settings is not None:
+        confs.update(secret_confs(settings))
+    spark = local_session("inspect-state", {**confs, **reader_confs(location)})
+    try:
+        if args.key is not None or args.changes:
+            return _inspect_key(spark, location, facts, args)
+        inspection = inspect_checkpoint(spark, location, facts, args.batch_id)
+        plan = [] if settings is None else planned_operators(spark, settings)
+        if settings is not None and any(operator.known for operator in plan):  # each operator's estimate
+            inspection.estimate = settings.sizing(plan)
+    finally:
+        spark.stop()
+    print(json.dumps(inspection.to_dict(), indent=2) if args.json else render(inspection))
+    return 0
+
+
+def _inspect_key(spark, location: str, facts: tuple[int | None, str], args: argparse.Namespace) -> int:
+    """inspect --key, or --changes: the reads of the state over the kept batches."""
+    from ..core.checkpoint.files import RESTORE_OR_RESTART, CheckpointUnreadable
+    from ..operations import change_counts, key_lookup
+    from ..operations.inspection import spark_errors, spark_message, state_metadata
+
+    metadata, batch = state_metadata(spark, location, facts, args.batch_id)
+    try:
+        if args.changes:
+            counts = change_counts.count_changes(spark, location, metadata, batch)
+            print(json.dumps(counts.to_dict(), indent=2) if args.json else change_counts.render(counts))
+            return 0
+        lookup = key_lookup.find_key(spark, location, metadata, batch, args.key)
+    except spark_errors() as error:
+        raise CheckpointUnreadable(
+            f"{location}: Spark cannot read the state: {spark_message(error)}; the checkpoint may be damaged:"
+            f" {RESTORE_OR_RESTART}"
+        ) from None
+    print(json.dumps(lookup.to_dict(), indent=2, default=str) if args.json else key_lookup.render(lookup))
+    return 0

@@ -1,0 +1,170 @@
+"""`repartition`: move a stopped job's RocksDB state into another number of partitions."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from ..core.checkpoint.files import interrupted, last_committed, local_checkpoint
+from ..core.checkpoint.run_lock import holding
+from ..core.checkpoint.sink_log import LOG_DIR
+from ..core.settings import Settings, load_settings
+from ..operations.repartition import (
+    Plan,
+    RepartitionFailed,
+    RepartitionRefused,
+    plan,
+    recover,
+    repartition,
+    require_runner,
+)
+from .arguments import EXIT_QUERY_FAILED, add_settings_argument, positive_int
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    command = commands.add_parser(
+        "repartition",
+        help="move a stopped job's RocksDB state into another number of shuffle partitions (Spark 4.2+)",
+        description="Rewrite the state of a stopped job's RocksDB checkpoint into N partitions with Spark's"
+        " offline runner (a private Spark API), keeping a copy of the checkpoint until the state is verified.",
+    )
+    add_settings_argument(command)
+    command.add_argument(
+        "--partitions", type=positive_int, help="the new count (default: spark.shuffle_partitions of the settings)"
+    )
+    command.add_argument(
+        "--finish-last-batch",
+        action="store_true",
+        help="first run the batch the job left unfinished, on its recorded input, then repartition",
+    )
+    command.add_argument(
+        "--keep-copy", action="store_true", help="keep the copy of the checkpoint after the result is verified"
+    )
+    command.set_defaults(handler=cmd_repartition)
+
+
+def cmd_repartition(args: argparse.Namespace) -> int:
+    settings = load_settings(args.settings)
+    location = settings.query.checkpoint_location
+    output = _file_sink_output(settings)
+    recovered = _recover_interrupted(location, output)
+    try:
+        chosen = plan(location, args.partitions or settings.spark.shuffle_partitions, args.finish_last_batch)
+    except RepartitionRefused as refused:
+        if recovered and "nothing to do" in str(refused):
+            print(f"repartition: {refused}")
+            return 0
+        raise
+    require_runner()
+    # The job's own settings as the checkpoint holds them: its session, and the batch to finish.
+    as_pinned = settings.model_copy(
+        update={"spark": settings.spark.model_copy(update={"shuffle_partitions": chosen.partitions_now})}
+    )
+    print(
+        f"repartition: {chosen.checkpoint}, state of batch {chosen.last_committed}: {chosen.partitions_now} ->"
+        f" {chosen.partitions_new} partitions; a copy is kept at {chosen.working_copy} until the result is verified",
+        flush=True,
+    )
+    from ..job.session import build_session
+    from ..operations.inspection import READER_CONFS, inspect_checkpoint
+
+    with holding(location, "the repartition"):
+        spark = build_session(as_pinned, with_connectors=chosen.finish_first)
+        try:
+            for key, value in READER_CONFS.items():
+                spark.conf.set(key, value)
+            if chosen.finish_first:
+                chosen = _finish_last_batch(spark, as_pinned, chosen)
+            result = repartition(
+                spark,
+                chosen,
+                lambda batch: inspect_checkpoint(spark, location, (batch, "rocksdb"), batch),
+                args.keep_copy,
+                _output_recorder(spark, output),
+                output,
+            )
+        except RepartitionFailed as error:
+            print(f"repartition failed: {error}", flush=True)
+            return EXIT_QUERY_FAILED
+        finally:
+            spark.stop()
+    for (operator, store), rows in sorted(result.after.items()):
+        print(f"repartition: operator {operator} store {store}: {rows:,} rows before and after")
+    kept = f"the copy is kept at {result.copy_kept}" if result.copy_kept else "the copy was removed"
+    print(
+        f"repartition: done: batch {result.batch} holds the state in {chosen.partitions_new} partitions"
+        f" (verified by Spark's state reader); {kept}"
+    )
+    print(_next_step(settings, chosen.partitions_new, args.settings))
+    return 0
+
+
+def _recover_interrupted(location: str, output: Path | None) -> bool:
+    """Put back what a repartition that did not finish left (a kill, a crash), before anything else."""
+    checkpoint = local_checkpoint(location)
+    if checkpoint is None or interrupted(checkpoint) is None:
+        return False
+    with holding(location, "the repartition"):
+        for line in recover(checkpoint, output):
+            print(f"repartition: {line}", flush=True)
+    return True
+
+
+def _file_sink_output(settings: Settings) -> Path | None:
+    """The parquet sink's output folder, whose batch log gets the runner's batch; checked before anything."""
+    if settings.sink.type != "parquet":
+        return None
+    output = local_checkpoint(settings.sink.path)
+    if output is None:
+        raise RepartitionRefused(
+            f"the parquet output {settings.sink.path} is not on the local file system: repartition adds a batch"
+            f" that the file sink never ran, and writes its empty entry into {LOG_DIR} itself. Repartition where"
+            " the output is mounted locally (or a copy of it, with the job stopped)"
+        )
+    return output
+
+
+def _output_recorder(spark, output: Path | None):
+    if output is None:
+        return None
+    from ..core.checkpoint.sink_log import COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL, record_empty_batch
+
+    interval = int(spark.conf.get(COMPACT_INTERVAL_CONF, str(DEFAULT_COMPACT_INTERVAL)))
+
+    def record(batch: int) -> None:
+        written = record_empty_batch(output, batch, interval)
+        if written is not None:
+            print(f"repartition: the parquet sink's log has batch {batch} as one without files ({written})")
+
+    return record
+
+
+def _finish_last_batch(spark, settings: Settings, chosen: Plan) -> Plan:
+    """Run the batch the job left unfinished, alone, on its recorded input (its offsets are in the log)."""
+    from ..job.endpoints.sinks import start_query
+    from ..job.runner import build_result
+
+    batch = chosen.last_batch
+    print(f"repartition: running batch {batch}, which the job left unfinished, on its recorded input", flush=True)
+    from ..operations.inspection import spark_errors, spark_message
+
+    try:
+        start_query(build_result(spark, settings), settings.sink, settings.query, one_batch=True).awaitTermination()
+    except spark_errors() as error:
+        raise RepartitionRefused(
+            f"batch {batch} failed when run again ({spark_message(error)}): start the job to see why; nothing"
+            " was repartitioned"
+        ) from None
+    if last_committed(chosen.checkpoint) != batch:
+        raise RepartitionRefused(f"batch {batch} did not commit when run again: start the job to see why")
+    return dataclasses.replace(chosen, last_committed=batch, finish_first=False)
+
+
+def _next_step(settings: Settings, partitions: int, settings_file) -> str:
+    if settings.spark.shuffle_partitions == partitions:
+        return f"next: start the job: {settings_file} already sets spark.shuffle_partitions to {partitions}"
+    return (
+        f"next: set spark.shuffle_partitions to {partitions} in {settings_file} (it says"
+        f" {settings.spark.shuffle_partitions}), then start the job; a start with the old count is refused"
+    )

@@ -1,0 +1,168 @@
+"""`savepoint create|restore|verify`: a stopped job's checkpoint and output saved whole, and moved."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..core.checkpoint.run_lock import holding
+from ..core.contract import PACKAGE
+from ..core.settings import load_settings
+from ..operations.savepoint import (
+    CHECKPOINT,
+    OUTPUT,
+    SavepointMismatch,
+    SavepointRefused,
+    Targets,
+    check_files,
+    check_restored,
+    compare_state,
+    create,
+    plan_create,
+    plan_restore,
+    read_manifest,
+    read_state,
+    restore,
+    undo_restore,
+)
+from .arguments import add_settings_argument
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    command = commands.add_parser(
+        "savepoint",
+        help="save a stopped job's checkpoint and output whole, restore them in new locations, verify them",
+        description="A savepoint is a folder holding a stopped job's checkpoint at a committed batch, its output"
+        " and a manifest (rows per operator and store, every file's SHA-256). Take one before a repartition, a"
+        " cruft update or a Spark upgrade, or to move the job to other folders, another mount or a cluster's paths.",
+    )
+    actions = command.add_subparsers(dest="action", required=True, metavar="ACTION")
+    make = actions.add_parser("create", help="copy the stopped job's checkpoint and output into a new savepoint folder")
+    add_settings_argument(make)
+    make.add_argument("savepoint", type=Path, help="the folder to write the savepoint into (new or empty)")
+    make.set_defaults(handler=cmd_create)
+
+    put = actions.add_parser(
+        "restore", help="copy a savepoint into a new checkpoint and output folder, moving the paths Spark wrote"
+    )
+    put.add_argument("savepoint", type=Path, help="the folder savepoint create wrote")
+    put.add_argument("--checkpoint", type=Path, required=True, help="the new checkpoint folder (new or empty)")
+    put.add_argument("--output", type=Path, help="the new output folder (new or empty), for a savepoint with output")
+    put.add_argument("--landing", type=Path, help="where source's input files are now, if they were moved")
+    put.add_argument("--join-landing", type=Path, help="where join_source's input files are now, if they were moved")
+    put.set_defaults(handler=cmd_restore)
+
+    check = actions.add_parser(
+        "verify",
+        help="compare a savepoint, or a checkpoint restored from it, with its manifest (exit 4 on a difference)",
+    )
+    check.add_argument("savepoint", type=Path, help="the folder savepoint create wrote")
+    check.add_argument("--checkpoint", type=Path, help="a checkpoint restored from it: check that instead")
+    check.add_argument("--output", type=Path, help="the output restored with it (with --checkpoint)")
+    check.set_defaults(handler=cmd_verify)
+
+
+@contextmanager
+def state_reader() -> Iterator[Any]:
+    """A function that starts the local session reading the state, once, when first called."""
+    started: list[Any] = []
+
+    def session():
+        if not started:
+            from ..job.session import local_session
+            from ..operations.inspection import READER_CONFS
+
+            started.append(local_session("savepoint", READER_CONFS))
+        return started[0]
+
+    try:
+        yield session
+    finally:
+        for spark in started:
+            spark.stop()
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    settings = load_settings(args.settings)
+    target = _absolute(args.savepoint)
+    origin = plan_create(settings, target)
+    output = f" and {origin.output}" if origin.output else ""
+    print(f"savepoint: copying {origin.checkpoint} (batch {origin.batch}){output} into {target}", flush=True)
+    with holding(settings.query.checkpoint_location, "a savepoint"), state_reader() as session:
+        manifest = create(session, origin, target)
+    _print_state(manifest)
+    files = manifest["files"].values()
+    print(
+        f"savepoint: done: {target} holds batch {manifest['batch']} of query {manifest['query_id']}"
+        f" ({len(files):,} files, {sum(entry['bytes'] for entry in files):,} bytes); check it any time with"
+        f" python -m {PACKAGE} savepoint verify {target}"
+    )
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    savepoint = _absolute(args.savepoint)
+    manifest = read_manifest(savepoint)
+    landing = {
+        section: _absolute(folder)
+        for section, folder in (("source", args.landing), ("join_source", args.join_landing))
+        if folder is not None
+    }
+    targets = Targets(_absolute(args.checkpoint), _absolute(args.output) if args.output else None, landing)
+    plan_restore(savepoint, manifest, targets)
+    check_files(savepoint, manifest)  # a damaged savepoint is not restored
+    print(f"savepoint: restoring batch {manifest['batch']} from {savepoint}", flush=True)
+    rewritten = restore(savepoint, manifest, targets)
+    copies = {CHECKPOINT: targets.checkpoint, **({OUTPUT: targets.output} if targets.output else {})}
+    try:
+        check_restored(manifest, copies)
+        with state_reader() as session:
+            compare_state(manifest, read_state(session, targets.checkpoint, manifest["batch"]), targets.checkpoint)
+    except SavepointMismatch as error:
+        undo_restore(targets)
+        raise SavepointMismatch(f"{error}; the restored folders were removed, nothing else was changed") from None
+    except BaseException:
+        undo_restore(targets)
+        raise
+    print(f"savepoint: moved the absolute paths Spark wrote in {len(rewritten)} files to the new locations")
+    _print_state(manifest)
+    lines = [f"  query.checkpoint_location to {targets.checkpoint}"]
+    if targets.output is not None:
+        lines.append(f"  sink.path to {targets.output}")
+    lines += [f"  {section}.files.path to {folder}" for section, folder in landing.items()]
+    print("next: set in the settings file\n" + "\n".join(lines))
+    print(f"then start the job: it goes on after batch {manifest['batch']}, as query {manifest['query_id']}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    savepoint = _absolute(args.savepoint)
+    manifest = read_manifest(savepoint)
+    if args.checkpoint is None:
+        if args.output is not None:
+            raise SavepointRefused("--output goes with --checkpoint: give the restored checkpoint too")
+        check_files(savepoint, manifest)
+        where = savepoint / CHECKPOINT
+    else:
+        where = _absolute(args.checkpoint)
+        check_restored(manifest, {CHECKPOINT: where, **({OUTPUT: _absolute(args.output)} if args.output else {})})
+    with state_reader() as session:
+        compare_state(manifest, read_state(session, where, manifest["batch"]), where)
+    checked = "the savepoint's files" if args.checkpoint is None else "the restored files"
+    print(f"savepoint verify: {where}: {checked} match the manifest; the state of batch {manifest['batch']}:")
+    _print_state(manifest)
+    return 0
+
+
+def _print_state(manifest: dict[str, Any]) -> None:
+    for store in manifest["state"]:
+        print(f"  operator {store['operator_id']} ({store['operator']}) store {store['store']}: {store['rows']:,} rows")
+    if not manifest["state"]:
+        print("  no state (the query has no stateful operator)")
+
+
+def _absolute(path: Path) -> Path:
+    return path.expanduser().absolute()

@@ -1,0 +1,285 @@
+"""The stateful operators the machinery can size, and every fact it knows about each, in one table.
+
+A query may chain any number of them (job/query_plan.py reads which from Spark's plan). A rule
+about an operator (what its state holds and how many rows, the rows it passes on, the names Spark
+gives it in the plan and in the state metadata, the store it needs, how sample input is shaped for
+it) is written here once; the sizing, the guard, the settings checks, the sample writer,
+calibration and bench read it from here.
+Standard library only: the template sizes the state through this module at generation time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .durations import AVAILABLE_NOW, named_duration
+from .figures import num, require_positive
+
+# A row count and the working that led to it, for the report.
+Rows = tuple[int, str]
+
+
+def _aggregation_rows(
+    rate: float, watermark_s: float, window: str, key_cardinality: int | None, upstream_window: str | None = None
+) -> Rows:
+    # A window's state lives until the watermark passes its end: the window holding the newest
+    # event plus those ending within the watermark delay before it.
+    window_s = named_duration("window", window)
+    open_windows = math.ceil(watermark_s / window_s) + 1
+    events_per_window = round(rate * window_s)
+    if key_cardinality is None:
+        keys, why = events_per_window, "key cardinality unknown: every event a new key, rate x window"
+    else:
+        require_positive("key_cardinality", key_cardinality)
+        keys = min(int(key_cardinality), events_per_window)
+        why = f"min({num(key_cardinality)} keys, {num(events_per_window)} events per window)"
+    if upstream_window is not None:
+        # Fed by a windowed aggregation: a window's rows come as the windows before it close, the first
+        # one of them after it opens, and it closes with the last: it is open that share of the time.
+        share = max(0.0, 1 - named_duration("upstream window", upstream_window) / window_s)
+        rows = round(share * keys)
+        return rows, (
+            f"fed by {upstream_window} windows, a window of {window} is open {share:.2f} of the time"
+            f" x {num(keys)} keys per window ({why}) = {num(rows)} rows"
+        )
+    rows = open_windows * keys
+    return rows, (
+        f"{open_windows} open windows (watermark / window {window}, rounded up, + 1)"
+        f" x {num(keys)} keys per window ({why}) = {num(rows)} rows"
+    )
+
+
+def _no_delay(**_inputs: object) -> float:
+    return 0.0
+
+
+def _join_delay(join_range: str = "15 minutes", trigger: str = "10 seconds", **_: object) -> float:
+    # A match can come the range after its left row, and both sides lag two batches (see _join_rows):
+    # an operator after the join gets rows that much behind the watermark, and keeps state that much longer.
+    return named_duration("join_range", join_range) + 2 * batch_seconds(trigger)
+
+
+def batch_seconds(trigger: str) -> float:
+    """The event time one batch covers at steady state: the trigger interval (none for available_now,
+    whose batches are as large as the backlog)."""
+    return 0.0 if trigger == AVAILABLE_NOW else named_duration("trigger", trigger)
+
+
+def _deduplication_rows(rate: float, watermark_s: float, trigger: str) -> Rows:
+    # An id stays until the watermark passes its time plus the delay, and the watermark trails the
+    # newest event by the delay and moves only between batches: 2 x watermark + one batch.
+    batch_s = batch_seconds(trigger)
+    rows = round(rate * (2 * watermark_s + batch_s))
+    return rows, (
+        f"(2 x watermark {num(watermark_s)} s + one batch {num(batch_s)} s) x {num(rate)} rows/s = {num(rows)} rows"
+    )
+
+
+def _join_rows(
+    rate: float, watermark_s: float, join_input_rows_per_second: float | None, join_range: str, trigger: str
+) -> Rows:
+    # A left row waits for right rows up to `range` after it, and those may be up to the watermark
+    # late; a right row waits only for left rows still to come within the watermark. Measured
+    # against Spark's numRowsTotal (tests/machinery/test_state_rows.py), each side also keeps two
+    # batches more: the watermark moves only between batches.
+    right_rate = rate if join_input_rows_per_second is None else join_input_rows_per_second
+    require_positive("join_input_rows_per_second", right_rate)
+    range_s = named_duration("join_range", join_range)
+    batches_s = 2 * batch_seconds(trigger)
+    left = round(rate * (watermark_s + range_s + batches_s))
+    right = round(right_rate * (watermark_s + batches_s))
+    return left + right, (
+        f"left {num(rate)} rows/s x ({num(watermark_s)} s + range {num(range_s)} s + 2 batches {num(batches_s)} s)"
+        f" = {num(left)} + right {num(right_rate)} rows/s x ({num(watermark_s)} s + 2 batches {num(batches_s)} s)"
+        f" = {num(right)}; = {num(left + right)} rows"
+    )
+
+
+def _custom_state_rows(
+    rate: float, watermark_s: float, session_timeout: str, key_cardinality: int | None, trigger: str
+) -> Rows:
+    # A key stays active until the watermark passes its last event plus the timeout, and its timer
+    # fires only between batches: one batch more.
+    timeout_s = named_duration("session_timeout", session_timeout)
+    batch_s = batch_seconds(trigger)
+    events = round(rate * (timeout_s + watermark_s + batch_s))
+    if key_cardinality is None:
+        keys, why = events, "key cardinality unknown: every event a new key"
+    else:
+        require_positive("key_cardinality", key_cardinality)
+        keys, why = min(int(key_cardinality), events), f"min({num(key_cardinality)} keys, {num(events)} events)"
+    return keys, (
+        f"active keys within timeout {num(timeout_s)} s + watermark {num(watermark_s)} s + one batch {num(batch_s)} s"
+        f" at {num(rate)} rows/s ({why}) = {num(keys)} rows"
+    )
+
+
+def _same_rate(rate: float, **_inputs: object) -> float:
+    # At most every event passes (no repeat dropped, every session closing at once): an upper bound.
+    return rate
+
+
+def _rows_per_window(rate: float, window: str = "1 minute", key_cardinality: int | None = None, **_: object) -> float:
+    # A closed window emits one row per key it saw: the keys of a window, once per window length.
+    window_s = named_duration("window", window)
+    keys = rate * window_s if key_cardinality is None else min(key_cardinality, rate * window_s)
+    return keys / window_s
+
+
+@dataclass(frozen=True)
+class Operator:
+    name: str
+    # What the state holds, and the formula that counts its rows (printed in the sizing report).
+    formula: str
+    rows: Callable[..., Rows]
+    # The operator's own sizing inputs (beyond rate and watermark), by their answer names.
+    sizing_inputs: tuple[str, ...]
+    # Why the state holds more rows than the headline (watermark x rate), when it does: one line.
+    beyond_headline: str | None
+    # The operator name Spark writes into the checkpoint's state metadata (the guard compares it).
+    spark_name: str
+    # The node of Spark's analyzed plan that is this operator (machinery/job/query_plan.py reads it).
+    plan_node: str
+    # The rows per second it passes on to a stateful operator after it, from the rate into it and its
+    # sizing inputs: the next operator's input rate unless capacity.operators sets one.
+    output_rate: Callable[..., float]
+    # How far behind the watermark, in event time, its output comes (from its sizing inputs): an
+    # operator after it keeps its state that much longer.
+    output_delay: Callable[..., float] = _no_delay
+    # How long a state row stays (inspect --key says it for a key it finds or misses).
+    held_until: str = ""
+    # Why it runs on RocksDB only, or None when both stores can hold its state.
+    rocksdb_only: str | None = None
+    # Whether Spark can encode its state in Avro (state_store.encoding_format avro): transformWithState only.
+    avro_encoding: bool = False
+    # A stream-stream join reads a second input, join_source.
+    two_inputs: bool = False
+    # Output mode: these emit each row once, final; only the aggregation can also emit updates.
+    append_only: bool = False
+    # The setting (under query) whose duration a state row lives on top of the watermark, if any.
+    lifetime_setting: str | None = None
+    # Sample input: distinct keys (None: a key per event, so a payment matches one order) and runs
+    # of consecutive events sharing a key (visit sessions), and whether a file spans the lifetime
+    # setting twice over (so that sessions end) instead of one watermark.
+    sample_keys: int | None = 100
+    sample_run_length: int = 1
+    sample_spans_lifetime: bool = False
+    # bench: the state holds one row per key from the first batch on (True), or every event until
+    # the watermark passes it, growing batch by batch (False).
+    state_per_key: bool = True
+
+
+OPERATORS: dict[str, Operator] = {
+    op.name: op
+    for op in (
+        Operator(
+            name="windowed_aggregation",
+            plan_node="Aggregate",
+            output_rate=_rows_per_window,
+            formula=(
+                "one row per (key, window) until the watermark passes the window's end:"
+                " rows = open windows x keys per window"
+            ),
+            rows=_aggregation_rows,
+            sizing_inputs=("window", "key_cardinality"),
+            beyond_headline=(
+                "a window is kept until the watermark passes its end, so up to one window more than"
+                " the watermark covers is open per key"
+            ),
+            spark_name="stateStoreSave",
+            held_until="a (key, window) row stays until the watermark passes the window's end; then it is emitted and dropped",
+            lifetime_setting="window",
+        ),
+        Operator(
+            name="deduplication",
+            plan_node="DeduplicateWithinWatermark",
+            output_rate=_same_rate,
+            formula=(
+                "one row per event id, kept until the watermark passes the event's time plus the delay:"
+                " rows = (2 x watermark + one batch) x rate"
+            ),
+            rows=_deduplication_rows,
+            sizing_inputs=("trigger",),
+            beyond_headline=(
+                "an id is kept until the watermark, itself a delay behind the newest event, passes"
+                " its time plus the delay: twice the watermark, and one batch since the watermark"
+                " moves between batches"
+            ),
+            spark_name="dedupeWithinWatermark",
+            held_until="an event id stays until the watermark passes its event time plus the delay (its expiry)",
+            append_only=True,
+            state_per_key=False,
+        ),
+        Operator(
+            name="stream_stream_join",
+            plan_node="Join",
+            output_rate=_same_rate,
+            output_delay=_join_delay,
+            formula=(
+                "each side keeps its rows until no row of the other side can match them:"
+                " rows = left rate x (watermark + range + 2 batches) + right rate x (watermark + 2 batches)"
+            ),
+            rows=_join_rows,
+            sizing_inputs=("join_input_rows_per_second", "join_range", "trigger"),
+            beyond_headline=(
+                "a left row also waits the join range for its matches, and both sides keep two"
+                " batches more since the watermark moves between batches"
+            ),
+            spark_name="symmetricHashJoin",
+            held_until=(
+                "a left row stays until the watermark passes its event time plus the join range, a right row until"
+                " the watermark passes its event time; a left row unmatched then is emitted with nulls (left outer)"
+                " and dropped"
+            ),
+            two_inputs=True,
+            append_only=True,
+            lifetime_setting="join.range",
+            sample_keys=None,
+            state_per_key=False,
+        ),
+        Operator(
+            name="custom_state",
+            plan_node="TransformWithStateInPySpark",
+            output_rate=_same_rate,
+            formula=(
+                "one value-state row (and one timer) per active key, until the watermark passes its last event"
+                " plus the session timeout: rows = active keys"
+            ),
+            rows=_custom_state_rows,
+            sizing_inputs=("session_timeout", "key_cardinality", "trigger"),
+            beyond_headline=(
+                "a key is kept until the watermark passes its last event plus the session timeout,"
+                " and its timer fires between batches"
+            ),
+            spark_name="transformWithStateInPandasExec",
+            held_until="a key stays until the watermark passes its last event plus the session timeout; then its session is emitted and dropped",
+            rocksdb_only="Spark runs transformWithState only on RocksDB",
+            avro_encoding=True,
+            append_only=True,
+            lifetime_setting="custom_state.session_timeout",
+            sample_run_length=10,
+            sample_spans_lifetime=True,
+        ),
+    )
+}
+NAMES = tuple(OPERATORS)
+# The starters a project can be generated with: each one's stateful operators, in the order events
+# reach them (the bake sizes them; the job reads them from the query's plan).
+STARTERS: dict[str, tuple[str, ...]] = {name: (name,) for name in NAMES} | {
+    "deduplicated_count": ("deduplication", "windowed_aggregation"),
+}
+
+
+def operator(name: str) -> Operator:
+    """The operator called `name`; a ValueError naming the choices otherwise."""
+    if name not in OPERATORS:
+        raise ValueError(f"operator must be one of {', '.join(NAMES)}, got {name!r}")
+    return OPERATORS[name]
+
+
+# The operator name Spark writes into the state metadata -> ours.
+BY_SPARK_NAME = {op.spark_name: op.name for op in OPERATORS.values()}
+# The analyzed plan's node -> ours.
+BY_PLAN_NODE = {op.plan_node: op.name for op in OPERATORS.values()}

@@ -1,0 +1,1 @@
+"""The job: the Spark session, sources and sinks, the runner, the guard's policy, progress, stopping and the watchdog."""

@@ -1,0 +1,134 @@
+"""JVM connectors that pip's pyspark does not ship: which the settings need, and whether they are there.
+
+The Kafka source and the delta-spark sink live in JARs fetched from Maven (`--packages`), through
+Spark's Ivy with the project's ivysettings.xml: Maven Central, or the mirror named there. The same
+for `python main.py` (spark.jars.packages) and spark-submit (submit_arguments). The job checks for
+them right after the session starts, so a missing JAR is one sentence naming the `--packages` to
+add, not a ClassNotFoundException from inside the first micro-batch.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+import pyspark
+from pyspark.sql import SparkSession
+
+from ..core.settings import Settings
+from .project_files import project_file
+
+SCALA_VERSION = "2.13"
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+IVY_SETTINGS = "ivysettings.xml"
+IVY_SETTINGS_CONF = "spark.jars.ivySettings"
+# The Spark releases Delta Lake publishes delta-spark for (4.4.x: delta-spark_4.0, _4.1 and _4.2);
+# none for 4.3 yet.
+DELTA_SPARK_MINORS = ("4.0", "4.1", "4.2")
+
+
+class ConnectorError(Exception):
+    """A JVM connector the settings need is not on Spark's classpath and could not be fetched."""
+
+
+@dataclass(frozen=True)
+class Connector:
+    needed_for: str
+    coordinate: str
+    probe_class: str
+
+
+def spark_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def kafka_connector_version(spark_version: str) -> str:
+    """The connector of Spark's minor release, x.y.0: Spark publishes it with the minor, and it runs on
+    the minor's patch releases (4.2.0 on pyspark 4.2.1, tested here, where 4.2.1's is not served; a
+    connector of another minor fails with NoSuchMethodError)."""
+    return f"{spark_minor(spark_version)}.0"
+
+
+def required_connectors(settings: Settings, spark_version: str = pyspark.__version__) -> list[Connector]:
+    connectors = []
+    kafka_inputs = [section for section, source in settings.inputs.items() if source.type == "kafka"]
+    if kafka_inputs:
+        connectors.append(
+            Connector(
+                " and ".join(f"{section}.type kafka" for section in kafka_inputs),
+                f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{kafka_connector_version(spark_version)}",
+                "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+            )
+        )
+    if settings.sink.delta_writer == "delta-spark":
+        if spark_minor(spark_version) not in DELTA_SPARK_MINORS:
+            raise ConnectorError(
+                f"sink.delta.writer delta-spark: Delta Lake publishes no delta-spark build for Spark"
+                f" {spark_minor(spark_version)} (pyspark {spark_version} is installed; builds exist for Spark"
+                f" {', '.join(DELTA_SPARK_MINORS)}). Install pyspark 4.2.x (pip install 'pyspark>=4.2.1,<4.3'),"
+                " or set sink.delta.writer to deltalake"
+            )
+        connectors.append(
+            Connector(
+                "sink.type delta with sink.delta.writer delta-spark",
+                f"io.delta:delta-spark_{spark_minor(spark_version)}_{SCALA_VERSION}:{settings.sink.delta.version}",
+                DELTA_EXTENSION,
+            )
+        )
+    return connectors
+
+
+def packages(settings: Settings) -> str:
+    """The value for spark-submit --packages (empty when nothing is needed)."""
+    return ",".join(connector.coordinate for connector in required_connectors(settings))
+
+
+def resolver_confs(settings: Settings) -> dict[str, str]:
+    """spark.jars.ivySettings: the project's ivysettings.xml, unless spark.conf names one of its own."""
+    found = project_file(IVY_SETTINGS)
+    if IVY_SETTINGS_CONF in settings.spark.conf or found is None:
+        return {}
+    return {IVY_SETTINGS_CONF: found.as_uri()}  # a URI: Spark parses it as one
+
+
+def submit_arguments(settings: Settings) -> list[str]:
+    """The spark-submit arguments that fetch the connectors (none when nothing is needed)."""
+    needed = packages(settings)
+    if not needed:
+        return []
+    confs = [part for key, value in resolver_confs(settings).items() for part in ("--conf", f"{key}={value}")]
+    return ["--packages", needed, *confs]
+
+
+def shell_words(arguments: list[str]) -> str:
+    return " ".join(shlex.quote(argument) for argument in arguments)
+
+
+def missing_connectors(spark: SparkSession, connectors: list[Connector]) -> list[Connector]:
+    """The connectors whose classes Spark's class loader cannot find (the one data sources are looked up in)."""
+    utils = spark._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
+    return [connector for connector in connectors if not utils.classIsLoadable(connector.probe_class)]
+
+
+def require_connectors(spark: SparkSession, settings: Settings) -> None:
+    """Raise ConnectorError naming each missing connector and the --packages that brings it."""
+    missing = missing_connectors(spark, required_connectors(settings, spark.version))
+    if missing:
+        names = ", ".join(f"{c.needed_for} needs {c.probe_class}" for c in missing)
+        coordinates = ",".join(c.coordinate for c in missing)
+        raise ConnectorError(
+            f"{names}, which is not on Spark's classpath. Start the job with"
+            f" `spark-submit --packages {coordinates} main.py` (make submit does), or run it with python and"
+            " spark.fetch_packages true on a machine that can reach Maven Central (or the mirror in"
+            " ivysettings.xml); without Maven access,"
+            " download the JARs with their dependencies and list them in spark.conf as spark.jars"
+        )
+
+
+def fetch_failed(coordinates: str) -> ConnectorError:
+    return ConnectorError(
+        f"Spark could not start: fetching --packages {coordinates} from Maven failed (see the Ivy lines above)."
+        " Check access to Maven Central (or the mirror named in ivysettings.xml), or set"
+        " spark.fetch_packages false and list local JARs in spark.conf as spark.jars"
+    )

@@ -1,0 +1,259 @@
+"""The checkpoint guard: refuse to start when settings say one thing and the checkpoint another.
+
+Spark records some confs in every `offsets/<batch>` file (the state store provider, the shuffle
+partitions, state format versions) and on restart silently uses the recorded values. It also
+records each stateful operator and its state stores in `state/<operator>/_metadata` (what the
+`state-metadata` data source reads). The guard reads those files, without starting Spark, and
+compares them with what these settings would set. It only reads: a refused start leaves the
+checkpoint byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.checkpoint.files import (
+    CheckpointUnreadable,
+    check_log_files,
+    held_format_version,
+    interrupted,
+    last_committed,
+    latest_offsets,
+    local_checkpoint,
+    source_offsets,
+)
+from ..core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, provider_name
+from ..core.contract import PACKAGE
+from ..core.settings import Settings
+from .output_check import lost_output
+from .session import spark_confs
+from .state_checks import snapshot_findings
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One setting whose value differs from the one the checkpoint holds."""
+
+    setting: str
+    in_settings: str
+    in_checkpoint: str
+    why: str
+    # A way to convert the existing state, where there is one.
+    convert: str = ""
+
+    def message(self, checkpoint: str) -> str:
+        keep = self.convert or " (the existing state cannot be converted)"
+        return (
+            f"{self.setting} is {self.in_settings} in settings, but the checkpoint {checkpoint} holds"
+            f" {self.in_checkpoint}: {self.why} Either set {self.setting} back to {self.in_checkpoint},"
+            f" or set query.checkpoint_location to a new directory and reprocess the input from the start{keep}."
+        )
+
+
+@dataclass
+class GuardReport:
+    checkpoint: str
+    last_batch: int | None = None
+    drifts: list[Drift] = field(default_factory=list)
+    # What cannot be set back: output lost, say. One line each, with the way on.
+    refusals: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def consistent(self) -> bool:
+        return not self.drifts and not self.refusals
+
+
+def check_checkpoint(settings: Settings) -> GuardReport:
+    """Compare the settings with the checkpoint they point at (nothing to compare when there is none)."""
+    location = settings.query.checkpoint_location
+    report = GuardReport(location)
+    checkpoint = local_checkpoint(location)
+    if checkpoint is None:
+        report.notes.append(f"checkpoint {location} is not on the local file system; the guard cannot read it")
+        return report
+    unfinished = interrupted(checkpoint)
+    if unfinished is not None:  # checked first: mid-way the checkpoint may even be missing
+        raise CheckpointUnreadable(unfinished.message())
+    check_log_files(checkpoint)
+    latest = latest_offsets(checkpoint)
+    if latest is None:
+        report.notes.append(f"no checkpoint yet at {checkpoint}: this run starts one")
+        return report
+    report.last_batch, pinned = latest
+    report.drifts += conf_drifts(settings, pinned)
+    report.drifts += format_version_drifts(settings, checkpoint)
+    report.drifts += source_drifts(settings, report.last_batch, source_offsets(checkpoint, report.last_batch))
+    lost, note = lost_output(settings, checkpoint)
+    report.refusals += lost
+    report.notes += note
+    if not any(drift.setting == "state_store.provider" for drift in report.drifts):
+        report.notes += changelog_notes(settings, checkpoint)
+        committed = last_committed(checkpoint)
+        if settings.state_store.provider == "rocksdb" and committed is not None:
+            notes, refusals = snapshot_findings(settings, checkpoint, committed)
+            report.notes += notes
+            report.refusals += refusals
+    return report
+
+
+def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
+    wanted = spark_confs(settings)
+    drifts = []
+    for key, recorded in pinned.items():
+        if key not in wanted or wanted[key] == recorded:
+            continue
+        if key == PROVIDER_CONF:
+            held = provider_name(recorded)
+            drifts.append(
+                Drift(
+                    "state_store.provider",
+                    settings.state_store.provider,
+                    recorded if held == settings.state_store.provider else held,  # same name, other platform
+                    "Spark keeps the provider a checkpoint was started with and ignores a new one.",
+                )
+            )
+        elif key == PARTITIONS_CONF:
+            drifts.append(
+                Drift(
+                    "spark.shuffle_partitions",
+                    wanted[key],
+                    recorded,
+                    "the state is split into that many partitions, and Spark keeps using them.",
+                    convert=repartition_advice(provider_name(pinned.get(PROVIDER_CONF, "")), wanted[key]),
+                )
+            )
+        elif key == ENCODING_CONF:
+            drifts.append(
+                Drift(
+                    "state_store.encoding_format",
+                    wanted[key],
+                    recorded,
+                    "the state rows are encoded that way, and Spark keeps the encoding a checkpoint was started with.",
+                )
+            )
+        else:
+            drifts.append(
+                Drift(
+                    MANAGED_CONFS.get(key, f"spark.conf.{key}"),
+                    wanted[key],
+                    recorded,
+                    "Spark keeps the value the checkpoint was started with.",
+                )
+            )
+    return drifts
+
+
+def format_version_drifts(settings: Settings, checkpoint: Path) -> list[Drift]:
+    """The state checkpoint format is not among the offsets' confs: Spark reads it from the conf on each
+    start. A commit record of format version 2 names the unique id of each state store's version (its
+    files are named after it); one of version 1 does not."""
+    held = held_format_version(checkpoint)
+    wanted = settings.state_store.integrity.checkpoint_format_version
+    if held is None or held == wanted:
+        return []
+    return [
+        Drift(
+            "state_store.integrity.checkpoint_format_version",
+            str(wanted),
+            str(held),
+            f"the state was written in format version {held} (see the commit records in {checkpoint}/commits), and"
+            f" Spark would look for its files as version {wanted} names them.",
+        )
+    ]
+
+
+def source_drifts(settings: Settings, batch: int, offsets: list[str]) -> list[Drift]:
+    """The kind of each source, and Kafka's topics, as a batch's offsets show them: Spark reads a
+    checkpoint's offsets with the source the query has now, and fails deep inside when it is another."""
+    held = sorted(filter(None, (_offset_kind(line) for line in offsets)))
+    wanted = sorted(_source_kind(source) for source in settings.inputs.values())
+    if not held or [kind for kind, _ in held] == [kind for kind, _ in wanted]:
+        return _topic_drifts(settings, held)
+    sections = " and ".join(f"{section}.type" for section in settings.inputs)
+    return [
+        Drift(
+            sections,
+            " + ".join(kind for kind, _ in wanted),
+            " + ".join(kind for kind, _ in held),
+            f"Spark continues a checkpoint from the offsets its source wrote (those of batch {batch}),"
+            " and another kind of source cannot read them.",
+        )
+    ]
+
+
+def _topic_drifts(settings: Settings, held: list[tuple[str, frozenset[str]]]) -> list[Drift]:
+    """Kafka's topics: the checkpoint's against those subscribed (a pattern may match new ones)."""
+    held_topics = frozenset().union(*(topics for kind, topics in held if kind == "kafka"))
+    subscribed = [(section, source.kafka) for section, source in settings.inputs.items() if source.type == "kafka"]
+    if not held_topics or any(kafka.topic is None for _, kafka in subscribed):
+        return []
+    wanted = frozenset(topic.strip() for _, kafka in subscribed for topic in str(kafka.topic).split(","))
+    if held_topics <= wanted:
+        return []
+    return [
+        Drift(
+            " / ".join(f"{section}.kafka.topic" for section, _ in subscribed),
+            ", ".join(sorted(wanted)),
+            ", ".join(sorted(held_topics)),
+            f"its offsets are those of these topics: the job would stop reading"
+            f" {', '.join(sorted(held_topics - wanted))} and start the others from starting_offsets, which is not"
+            " a continuation.",
+        )
+    ]
+
+
+def _source_kind(source) -> tuple[str, frozenset[str]]:
+    if source.type == "rate" and source.rate.rows_per_batch is not None:
+        return "rate-micro-batch", frozenset()
+    return source.type, frozenset()
+
+
+def _offset_kind(line: str) -> tuple[str, frozenset[str]] | None:
+    """What wrote an offset line of the offsets log: a number is the rate source's, a JSON object names
+    the others by its keys; None for what is not known here."""
+    text = line.strip()
+    if text.isdigit():
+        return "rate", frozenset()
+    try:
+        offset = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(offset, dict):
+        return None
+    if "logOffset" in offset:
+        return "files", frozenset()
+    if "offset" in offset:
+        return "rate-micro-batch", frozenset()
+    if offset and all(isinstance(value, dict) for value in offset.values()):
+        return "kafka", frozenset(offset)
+    return None
+
+
+def repartition_advice(provider: str, partitions: str) -> str:
+    """How the state can move to other partitions, on the provider that holds it."""
+    if provider == "rocksdb":
+        return (
+            f"; or keep the state and move it into {partitions} partition{'' if partitions == '1' else 's'} with the"
+            " job stopped:"
+            f" python -m {PACKAGE} repartition --partitions {partitions}"
+        )
+    return (
+        f" (a checkpoint of the {provider} store cannot be repartitioned: Spark's repartitioning reads RocksDB"
+        " state only)"
+    )
+
+
+def changelog_notes(settings: Settings, checkpoint: Path) -> list[str]:
+    """Changelog checkpointing is not pinned: RocksDB reads snapshots and changelogs alike."""
+    if settings.state_store.provider != "rocksdb":
+        return []
+    written_before = any(checkpoint.glob("state/*/*/*.changelog"))
+    now = "on" if settings.state_store.changelog_checkpointing else "off"
+    before = "with changelog files" if written_before else "without changelog files"
+    return [
+        f"changelog checkpointing is {now}; earlier runs wrote the state {before}. It may be toggled"
+        " between runs: RocksDB restores from snapshots and changelogs alike."
+    ]

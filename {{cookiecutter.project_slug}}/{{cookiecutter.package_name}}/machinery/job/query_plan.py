@@ -1,0 +1,268 @@
+"""The stateful operators of the query the user wrote, read from Spark's plan without starting it.
+
+Spark knows which stateful operators a query holds: its analyzed plan names them (Aggregate on a
+stream, DeduplicateWithinWatermark, a Join of two streams, TransformWithStateInPySpark, ...). The
+sizing, the guard and the tools follow this list, so a query edited into a chain (deduplicate, then
+count) is sized, guarded and inspected as the chain it is. Spark numbers the operators of a query
+from the sink back (operator 0 is the last before the sink), in the order a pre-order walk of the
+plan meets them; the list here keeps that order, and plan_operators.flow_order turns it the way
+events flow.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..core.contract import user_query
+from ..core.operators import BY_PLAN_NODE
+from ..core.plan_operators import OTHER_STATEFUL, PlanOperator
+
+if TYPE_CHECKING:  # Spark is imported only when a command needs it
+    from pyspark.sql import DataFrame, SparkSession
+
+    from ..core.settings import Settings
+
+_WATERMARK_LINE = re.compile(r"EventTimeWatermark [^,]+, [^,]+, (.+)$")
+
+
+@dataclass
+class _Node:
+    kind: str
+    fields: dict[str, Any]
+    children: list[_Node] = field(default_factory=list)
+
+    def walk(self) -> Iterator[_Node]:
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    @property
+    def streaming(self) -> bool:
+        """Whether a stream feeds this subtree (a stream-static join's static side is not stateful)."""
+        return any(not node.children and "Streaming" in node.kind for node in self.walk())
+
+
+def _tree(nodes: list[dict[str, Any]]) -> _Node:
+    """Spark's JSON form of a tree: a pre-order list, each node with its number of children."""
+    position = 0
+
+    def take() -> _Node:
+        nonlocal position
+        raw = nodes[position]
+        position += 1
+        node = _Node(raw["class"].rsplit(".", 1)[-1], raw)
+        node.children = [take() for _ in range(raw.get("num-children", 0))]
+        return node
+
+    return take()
+
+
+class QueryRefused(Exception):
+    """A query Spark would refuse once it runs, found in its plan; the message names Spark's rule."""
+
+
+def read_plan(result: DataFrame) -> list[PlanOperator]:
+    """The stateful operators of a streaming DataFrame, by Spark's operator id; QueryRefused for a plan
+    Spark runs only to fail at its first batch."""
+    analyzed = result._jdf.queryExecution().analyzed()
+    root = _tree(json.loads(analyzed.toJSON()))
+    _refuse_a_second_watermark(root)
+    delays = iter(_watermark_delays(analyzed.toString()))
+    watermarks = {id(node): next(delays, None) for node in root.walk() if node.kind == "EventTimeWatermark"}
+    stateful = [node for node in root.walk() if _is_stateful(node)]
+    ids = {id(node): number for number, node in enumerate(stateful)}
+    operators = []
+    for number, node in enumerate(stateful):
+        delays_below = [delay for n in node.walk() if (delay := watermarks.get(id(n)))]
+        below = next((ids[id(n)] for n in list(node.walk())[1:] if id(n) in ids), None)
+        operators.append(
+            PlanOperator(
+                operator_id=number,
+                kind=BY_PLAN_NODE.get(node.kind, node.kind),
+                node=node.kind,
+                keys=_keys(node),
+                watermark=max(delays_below, key=_seconds) if delays_below else None,
+                window=_window(node),
+                join_range=_join_range(node),
+                upstream=below,
+                window_only=node.kind == "Aggregate" and all(map(_is_window, node.fields["groupingExpressions"])),
+            )
+        )
+    return operators
+
+
+def _refuse_a_second_watermark(root: _Node) -> None:
+    """Spark fails a query of several stateful operators at its first batch when a watermark is set
+    after one of them ("Redefining watermark is disallowed"): said before it starts instead."""
+    for node in root.walk():
+        if node.kind != "EventTimeWatermark":
+            continue
+        below = next((n for n in list(node.walk())[1:] if _is_stateful(n) and _watermarked(n)), None)
+        if below is not None:
+            raise QueryRefused(
+                f"it sets a watermark (withWatermark) after a stateful operator ({BY_PLAN_NODE.get(below.kind, below.kind)});"
+                " Spark refuses to redefine the watermark in a query of several stateful operators"
+                " (spark.sql.streaming.statefulOperator.allowMultiple): set it once, on the input, before the"
+                " first stateful operator"
+            )
+
+
+def _watermarked(node: _Node) -> bool:
+    return any(n.kind == "EventTimeWatermark" for n in node.walk())
+
+
+def _is_stateful(node: _Node) -> bool:
+    if node.kind == "Join":
+        return len(node.children) == 2 and all(child.streaming for child in node.children)
+    if node.kind in ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark"):
+        return node.streaming
+    return node.kind in BY_PLAN_NODE or node.kind in OTHER_STATEFUL or "groupingAttributesLen" in node.fields
+
+
+def _watermark_delays(tree_string: str) -> list[str]:
+    """Each EventTimeWatermark's delay as Spark prints it ("10 minutes"), in pre-order (the JSON drops it)."""
+    return [match.group(1).strip() for line in tree_string.splitlines() if (match := _WATERMARK_LINE.search(line))]
+
+
+def _seconds(duration: str) -> float:
+    from ..core.durations import parse_duration
+
+    return parse_duration(duration)
+
+
+def _keys(node: _Node) -> str:
+    """The key columns: grouping expressions, deduplication keys, the join's column equalities, or the
+    leading columns of the child of a transformWithState and its kin."""
+    fields = node.fields
+    if node.kind == "Aggregate":
+        return _columns(fields["groupingExpressions"])
+    if node.kind in ("Deduplicate", "DeduplicateWithinWatermark"):
+        return _columns(fields["keys"])
+    if node.kind == "Join":
+        return _equalities(fields.get("condition") or [])
+    if "groupingAttributesLen" in fields and node.children:
+        child = node.children[0].fields
+        columns = child.get("projectList") or child.get("output") or []
+        return _columns(columns[: fields["groupingAttributesLen"]])
+    return "its own key"
+
+
+def _columns(expressions: list[list[dict[str, Any]]]) -> str:
+    """Each expression is a flat pre-order list whose first node is the top; an attribute or alias names it."""
+    return ", ".join(_describe(expression[0]) for expression in expressions)
+
+
+def _describe(top: dict[str, Any]) -> str:
+    from pyspark.sql.types import _parse_datatype_json_value
+
+    name = top.get("name", top["class"].rsplit(".", 1)[-1])
+    if "dataType" not in top:
+        return name
+    return f"{name} {_parse_datatype_json_value(top['dataType']).simpleString()}"
+
+
+def _equalities(condition: list[dict[str, Any]]) -> str:
+    """The column = column parts of a join condition (the join's state key), in order."""
+    found = []
+    for index, node in enumerate(condition):
+        if node["class"].endswith(".EqualTo"):
+            left, right = condition[index + 1], condition[index + 2]
+            if "name" in left and "name" in right:
+                found.append(f"{_describe(left)} = {_describe(right)}")
+    return ", ".join(found) or "no column equality"
+
+
+def _is_window(expression: list[dict[str, Any]]) -> bool:
+    """A grouping column that is a time window: a struct of start and end."""
+    kind = expression[0].get("dataType")
+    return isinstance(kind, dict) and [field["name"] for field in kind.get("fields", [])] == ["start", "end"]
+
+
+def _expressions(node: _Node, name: str) -> list[_Node]:
+    return [_tree(expression) for expression in node.fields.get(name) or [] if expression]
+
+
+def _window(node: _Node) -> str | None:
+    """A window's length: the end of the window struct the aggregation groups by is start + length."""
+    if node.kind != "Aggregate" or not node.children:
+        return None
+    for projection in _expressions(node.children[0], "projectList"):
+        for struct in (n for n in projection.walk() if n.kind == "CreateNamedStruct"):
+            names = [child.fields.get("value") for child in struct.children[0::2]]
+            if names[:2] != ["start", "end"]:
+                continue
+            end = struct.children[3]
+            while end.kind != "Add" and len(end.children) == 1:
+                end = end.children[0]
+            if end.kind == "Add" and end.children[1].kind == "Literal":
+                return _microseconds(end.children[1].fields["value"])
+    return None
+
+
+def _join_range(node: _Node) -> str | None:
+    """The longest time interval in a stream-stream join's condition: how long a row waits for matches."""
+    if node.kind != "Join":
+        return None
+    literals = [
+        n.fields["value"]
+        for condition in _expressions_of(node.fields.get("condition"))
+        for n in condition.walk()
+        if n.kind == "Literal" and "interval" in str(n.fields.get("dataType")) and n.fields.get("value") is not None
+    ]
+    spans = [_microseconds(value) for value in literals if str(value).lstrip("-").isdigit()]
+    return max(spans, key=_seconds) if spans else None
+
+
+def _expressions_of(expression: list[dict[str, Any]] | None) -> list[_Node]:
+    return [_tree(expression)] if expression else []
+
+
+def _microseconds(value: object) -> str:
+    """A duration in Spark's words, in the largest unit that divides it: 60000000 -> '1 minute'."""
+    seconds = int(str(value)) / 1_000_000
+    for unit, length in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= length and seconds % length == 0:
+            count = int(seconds // length)
+            return f"{count} {unit}{'' if count == 1 else 's'}"
+    return f"{seconds:g} second{'' if seconds == 1 else 's'}"
+
+
+def stand_in_result(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The query over stand-in streams of EVENT_SCHEMA: the plan of the real one, without its sources
+    (so that reading the plan needs no Kafka connector, no broker and no landing files)."""
+    from pyspark.sql import functions as F
+
+    schema = user_query().EVENT_SCHEMA
+
+    def stream() -> DataFrame:
+        rate = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).load()
+        return rate.select(*(F.lit(None).cast(column.dataType).alias(column.name) for column in schema.fields))
+
+    join_events = None if settings.join_source is None else stream()
+    return user_query().stateful_query(stream(), settings.query, join_events)
+
+
+def planned_operators(spark: SparkSession, settings: Settings) -> list[PlanOperator]:
+    """The stateful operators of the project's query with these settings."""
+    return read_plan(stand_in_result(spark, settings))
+
+
+def checked_plan(settings: Settings) -> list[PlanOperator]:
+    """The plan's operators, read in a local session of their own (nothing runs), and checked against
+    the settings (Settings.plan_problems): a SettingsError names what does not fit."""
+    from ..core.settings import SettingsError
+    from .session import local_session
+
+    spark = local_session("query-plan", {})
+    try:
+        plan = planned_operators(spark, settings)
+    finally:
+        spark.stop()
+    problems = settings.plan_problems(plan)
+    if problems:
+        raise SettingsError(problems)
+    return plan

@@ -1,0 +1,112 @@
+"""Build the query from settings, start it, and wait for it to finish or to be stopped."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from ..core.contract import QUERY_MODULE, user_query
+from ..core.plan_operators import PlanOperator, chain, flow_order, unsized
+from ..core.settings import Settings, SettingsError
+from .endpoints.sinks import start_query
+from .endpoints.sources import read_events
+from .operator_list import check_operators
+from .progress import ProgressPrinter
+from .query_plan import read_plan
+from .schema_evolution import check_state_schema
+from .state_key import check_state_key
+from .stopping import StopSignals, stop_on_batch_boundary, terminated
+from .watchdog import StateWatchdog
+
+
+def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The whole query as a DataFrame: the source (and join_source for a join), then the stateful transform."""
+    events = read_events(spark, settings, "source")
+    join_events = None if settings.join_source is None else read_events(spark, settings, "join_source")
+    return user_query().stateful_query(events, settings.query, join_events)
+
+
+def follow_plan(result: DataFrame, settings: Settings, remarks_to: TextIO) -> list[PlanOperator]:
+    """The stateful operators of the query about to run, checked before it starts: against the settings
+    (inputs, store, sink mode, capacity.operators), against the checkpoint's operators and their state
+    keys. Where the query module's OPERATOR names another operator, the plan wins, said in one line."""
+    plan = read_plan(result)
+    # The checkpoint's operators first: when the query no longer fits its state, that is the news.
+    check_operators(plan, settings.query.checkpoint_location)
+    problems = settings.plan_problems(plan)
+    if problems:
+        raise SettingsError(problems)
+    note = check_state_key(result.sparkSession, result, settings.query.checkpoint_location)
+    if note:
+        print(f"checkpoint: {note}", file=remarks_to, flush=True)
+    for evolution in check_state_schema(result, plan, settings.query.checkpoint_location):
+        print(f"state schema: {evolution}", file=remarks_to, flush=True)
+    for operator in plan:
+        if not operator.known:
+            print(f"query: {unsized(operator)}", file=remarks_to, flush=True)
+    kinds = [operator.kind for operator in flow_order(plan)]
+    if settings.query.operator is not None and kinds != [settings.query.operator]:
+        print(
+            f"query: the plan runs {chain(kinds)}; {QUERY_MODULE}.OPERATOR ({settings.query.operator}) only shapes"
+            " the sample input: the sizing, the guard and the tools follow the plan",
+            file=remarks_to,
+            flush=True,
+        )
+    return plan
+
+
+def run_query(
+    spark: SparkSession,
+    settings: Settings,
+    max_batches: int | None = None,
+    timeout_seconds: float | None = None,
+    progress_to: TextIO = sys.stdout,
+) -> StreamingQuery:
+    """Run until the query ends, `max_batches` batches are committed, the timeout passes, or the
+    process gets SIGTERM or SIGINT; each of the last three stops on a batch boundary (stopping.py).
+    """
+    monitoring = settings.monitoring
+    remarks_to = monitoring.remarks_to(progress_to)
+    result = build_result(spark, settings)
+    plan = follow_plan(result, settings, remarks_to)
+    watchdog = StateWatchdog(
+        settings.sizing(plan) if any(operator.known for operator in plan) else None,
+        settings.state_store.provider,
+        monitoring.state_warning_factor,
+        monitoring.hdfs_memory_warning_share,
+    )
+    json_lines = monitoring.progress_format == "json"
+    printer = ProgressPrinter(progress_to, json_lines=json_lines, watchdog=watchdog)
+    spark.streams.addListener(printer)
+    try:
+        query = start_query(result, settings.sink, settings.query)
+        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        with StopSignals() as signals:
+            while not terminated(query, False, remarks_to):
+                why = _why_stop(printer.committed_batches(query.id), max_batches, deadline, signals)
+                if why:
+                    print(
+                        f"{why}: stopping once the batch in flight commits (at most query.stop_timeout,"
+                        f" {settings.query.stop_timeout}; a second SIGTERM or Ctrl-C stops at once)",
+                        file=remarks_to,
+                        flush=True,
+                    )
+                    stop_on_batch_boundary(spark, query, result, settings, signals, remarks_to)
+                    break
+        return query
+    finally:
+        spark.streams.removeListener(printer)
+
+
+def _why_stop(committed: int, max_batches: int | None, deadline: float | None, signals: StopSignals) -> str | None:
+    if signals.received:
+        return f"{signals.received} received"
+    if max_batches is not None and committed >= max_batches:
+        return f"{committed} batches committed (--max-batches {max_batches})"
+    if deadline is not None and time.monotonic() >= deadline:
+        return "--timeout reached"
+    return None

@@ -1,0 +1,152 @@
+"""Settings -> Spark confs -> SparkSession. The one place where state store confs are decided."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+
+from pyspark.errors import PySparkRuntimeError
+from pyspark.sql import SparkSession
+
+from ..core.confs import (
+    CHANGELOG_CONF,
+    ENCODING_CONF,
+    INTEGRITY_CONFS,
+    PARTITIONS_CONF,
+    PROVIDER_CLASSES,
+    PROVIDER_CONF,
+    ROCKSDB_CONFS,
+    STATE_STORE,
+)
+from ..core.settings import Settings, SettingsError, unset_secrets
+from .connectors import DELTA_CATALOG, DELTA_EXTENSION, fetch_failed, packages, resolver_confs
+from .java import launched_by_spark_submit, require_java
+from .project_files import project_file
+
+
+def spark_confs(settings: Settings) -> dict[str, str]:
+    """The SQL confs the job sets. All are runtime SQL confs, read when a query starts."""
+    store = settings.state_store
+    confs = {
+        PARTITIONS_CONF: str(settings.spark.shuffle_partitions),
+        PROVIDER_CONF: PROVIDER_CLASSES[settings.spark.platform][store.provider],
+        "spark.sql.streaming.minBatchesToRetain": str(store.min_batches_to_retain),
+        ENCODING_CONF: store.encoding_format,
+        "spark.sql.session.timeZone": "UTC",
+    }
+    if settings.monitoring.metrics_enabled:
+        confs["spark.sql.streaming.metricsEnabled"] = "true"
+    confs.update({conf: _text(getattr(store.integrity, field)) for field, conf in INTEGRITY_CONFS.items()})
+    if store.provider == "rocksdb":
+        confs[CHANGELOG_CONF] = _text(store.changelog_checkpointing)
+        for field, suffix in ROCKSDB_CONFS.items():
+            value = getattr(store.rocksdb, field)
+            if value is not None:
+                confs[f"{STATE_STORE}.rocksdb.{suffix}"] = _text(value)
+    confs.update({key: _text(value) for key, value in settings.spark.conf.items()})
+    return confs
+
+
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+LOG_CONFIG = "log4j2.properties"
+
+
+def log_config_confs(confs: dict[str, str]) -> dict[str, str]:
+    """Start the driver JVM (local mode's executors too) with log4j2.properties, from the working
+    directory or else the project folder, logging to logs/ beside it. Java options the user set
+    are kept, and win if they name a log4j configuration. Under spark-submit the JVM runs already:
+    its --driver-java-options decide."""
+    options = confs.get(JAVA_OPTIONS, "")
+    if launched_by_spark_submit() or "configurationFile" in options:
+        return {}
+    found = project_file(LOG_CONFIG)
+    if found is None:
+        return {}
+    config, logs = (shlex.quote(str(path)) for path in (found, found.parent / "logs"))
+    ours = f"-Dlog4j2.configurationFile={config} -Djob.log.dir={logs}"
+    return {JAVA_OPTIONS: f"{options} {ours}".strip()}
+
+
+def secret_confs(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """spark.secret_conf, each value read from the environment variable it names; `environ` stands in
+    for the environment (the effective configuration shows each variable's name, not its value)."""
+    if environ is None:
+        unset = unset_secrets(settings.spark.secret_conf_variables)
+        if unset:
+            raise SettingsError(unset)
+        environ = os.environ
+    return {key: environ[name] for key, name in settings.spark.secret_conf.items()}
+
+
+def static_confs(settings: Settings, submitted: bool) -> dict[str, str]:
+    """Confs that only take effect when the session starts: connector JARs and the Delta extensions."""
+    confs = {}
+    if settings.sink.delta_writer == "delta-spark":
+        confs["spark.sql.extensions"] = _joined(settings.spark.conf.get("spark.sql.extensions"), DELTA_EXTENSION)
+        confs["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
+    # Under spark-submit the JVM runs already: its --packages decide, and require_connectors checks.
+    needed = packages(settings)
+    if needed and settings.spark.fetch_packages and not submitted:
+        confs["spark.jars.packages"] = _joined(settings.spark.conf.get("spark.jars.packages"), needed)
+        confs.update(resolver_confs(settings))
+    return confs
+
+
+def _joined(existing: object, addition: str) -> str:
+    items = [item for item in str(existing or "").split(",") if item]
+    return ",".join(items + [item for item in addition.split(",") if item not in items])
+
+
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def build_session(settings: Settings, with_connectors: bool = True) -> SparkSession:
+    """The job's SparkSession, configured from settings (without connector JARs for reading output)."""
+    require_java()
+    builder = SparkSession.builder.appName(settings.spark.app_name)
+    # spark-submit always decides the master (its default is local[*]); settings apply to `python main.py`.
+    if not launched_by_spark_submit():
+        builder = builder.master(settings.spark.master)
+        # Python workers (custom_state runs Python per key) use this interpreter and its packages,
+        # not whichever python3 comes first on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    confs = spark_confs(settings)
+    if with_connectors:
+        confs.update(static_confs(settings, launched_by_spark_submit()))
+    confs.update(secret_confs(settings))
+    confs.update(log_config_confs(confs))
+    for key, value in confs.items():
+        builder = builder.config(key, value)
+    try:
+        return builder.getOrCreate()
+    except PySparkRuntimeError as error:
+        if "spark.jars.packages" in confs and error.getCondition() == "JAVA_GATEWAY_EXITED":
+            raise fetch_failed(confs["spark.jars.packages"]) from None
+        raise
+
+
+def local_session(app_name: str, confs: dict[str, str]) -> SparkSession:
+    """A local session for the project's own tools (inspect, calibrate), never for the job itself."""
+    require_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name).master("local[2]")
+    confs = {**confs, **log_config_confs(confs), "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    for key, value in confs.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def apply_confs(spark: SparkSession, settings: Settings) -> None:
+    """Set the job's runtime SQL confs on a running session (tests share one session across providers).
+
+    Core confs fixed at start-up (spark.ui.*, spark.executor.*) cannot change on a running session;
+    they are skipped here and only take effect through build_session.
+    """
+    for key, value in spark_confs(settings).items():
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, value)

@@ -1,0 +1,1 @@
+"""Operations on a job's state and runs: inspect, repartition, savepoints, calibration, bench, sustain, packaging."""

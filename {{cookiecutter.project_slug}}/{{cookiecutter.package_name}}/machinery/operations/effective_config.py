@@ -1,0 +1,36 @@
+"""The effective configuration: what a run would use, after environment overrides, before Spark.
+
+Secrets are shown as the environment variable they are read from, never as their values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.settings import Settings
+from ..job.endpoints.sources import files_options, kafka_options
+from ..job.session import secret_confs, spark_confs, static_confs
+
+
+class _SecretNames(dict):
+    """An environment stand-in: each variable reads as a placeholder naming it."""
+
+    def __missing__(self, name: str) -> str:
+        return f"<secret from ${name}>"
+
+
+def effective_configuration(settings: Settings, submitted: bool = False) -> dict[str, Any]:
+    secrets = _SecretNames()
+    confs = {**spark_confs(settings), **static_confs(settings, submitted)}
+    confs.update(secret_confs(settings, secrets))
+    options = {}
+    for section, source in settings.inputs.items():
+        if source.type == "files":
+            options[section] = files_options(source.files)
+        elif source.type == "kafka":
+            options[section] = kafka_options(source.kafka, secrets)
+    return {
+        "settings": settings.model_dump(mode="json"),
+        "spark_confs": dict(sorted(confs.items())),
+        "source_options": options,
+    }

@@ -1,0 +1,364 @@
+"""Savepoints: a stopped job's checkpoint and output, taken whole at a committed batch, put back anywhere.
+
+A savepoint is one folder: `checkpoint/` (the checkpoint without its lock file), `output/` (the sink's
+folder whole: the parquet sink's log and the data files it lists, or the Delta table; none for the
+console sink) and `manifest.json`: the batch, the query id, the pinned confs, the inputs, the rows of
+every operator and store as Spark's state reader reads them, and every file's size and SHA-256. The
+data files are in it because a restored output must read back whole, and the log names them.
+
+`restore` copies it into new locations (each made whole under a temporary name, then renamed) and
+moves the absolute paths Spark wrote (path_records) to them; `verify` compares a savepoint, or a
+restored checkpoint and output, with the manifest. The landing folders are the user's input, not the
+job's: a savepoint does not copy them, and `restore --landing` only rewrites where the checkpoint says
+the files it has read are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core.checkpoint import path_records
+from ..core.checkpoint.copying import made_whole
+from ..core.checkpoint.files import (
+    check_log_files,
+    held_format_version,
+    interrupted,
+    last_committed,
+    latest_offsets,
+    local_checkpoint,
+    query_id,
+)
+from ..core.checkpoint.run_lock import LOCK_FILE, holder
+from ..core.confs import INTEGRITY_CONFS
+from ..core.contract import PACKAGE
+from ..core.settings import Settings
+from ..job.output_check import lost_output
+from .inspection import checkpoint_facts, inspect_checkpoint
+
+if TYPE_CHECKING:  # Spark is imported only when the checks pass
+    from pyspark.sql import SparkSession
+
+MANIFEST = "manifest.json"
+CHECKPOINT, OUTPUT = "checkpoint", "output"  # the savepoint's folders, and the manifest's names for them
+FORMAT = 1
+LANDING_FLAGS = {"source": "--landing", "join_source": "--join-landing"}  # restore's flag per settings section
+TAKE_A_NEW_ONE = "take a new savepoint from the stopped job, or use another copy of this one"
+
+
+class SavepointRefused(Exception):
+    """A check failed before anything was written; the message says why and the way on."""
+
+
+class SavepointMismatch(Exception):
+    """A savepoint or a restored copy differs from the manifest; the message names the first difference."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What a savepoint is taken of: checked, nothing written yet."""
+
+    checkpoint: Path
+    output: Path | None
+    batch: int
+    settings: Settings
+
+
+def plan_create(settings: Settings, target: Path) -> Origin:
+    """Every check that needs no Spark: a local checkpoint, nobody on it, its last batch committed, its
+    committed output all there, an empty target. Reads only."""
+    location = settings.query.checkpoint_location
+    checkpoint = local_checkpoint(location)
+    if checkpoint is None:
+        raise SavepointRefused(
+            f"{location} is not on the local file system: a savepoint copies and checks the checkpoint here; take it"
+            " where the checkpoint is mounted locally (with the job stopped)"
+        )
+    checkpoint = checkpoint.expanduser().absolute()
+    unfinished = interrupted(checkpoint)
+    if unfinished is not None:
+        raise SavepointRefused(unfinished.message())
+    if not (checkpoint / "offsets").is_dir():
+        raise SavepointRefused(f"no checkpoint at {checkpoint} (no offsets folder): there is nothing to save yet")
+    check_log_files(checkpoint)
+    running = holder(checkpoint)
+    if running is not None:
+        raise SavepointRefused(
+            f"{checkpoint} is in use by {running}: stop the job first (it lands on a batch boundary), then take"
+            " the savepoint; a copy taken under a running job can hold half a batch"
+        )
+    batch, latest = last_committed(checkpoint), latest_offsets(checkpoint)
+    if batch is None or latest is None:
+        raise SavepointRefused(f"{checkpoint} has no committed batch yet: there is no state to save")
+    if latest[0] != batch:
+        raise SavepointRefused(
+            f"batch {latest[0]} of {checkpoint} is logged but not committed (the job was stopped in the middle of"
+            f" it): a savepoint holds committed batches only. Start the job and let it commit (python main.py"
+            f" --max-batches 1 runs that batch and stops), or, on RocksDB, python -m {PACKAGE} repartition"
+            " --finish-last-batch; then take the savepoint"
+        )
+    lost, _ = lost_output(settings, checkpoint)
+    if lost:
+        raise SavepointRefused(lost[0])
+    output = None
+    if settings.sink.type != "console":
+        output = local_checkpoint(settings.sink.path)
+        if output is None:
+            raise SavepointRefused(
+                f"sink.path {settings.sink.path} is not on the local file system: a savepoint copies the output"
+                " with the checkpoint; take it where the output is mounted locally"
+            )
+        output = output.expanduser().absolute()
+        output = output if output.exists() else None  # a Delta table no batch wrote a row to yet
+    refuse_filled(target, "the savepoint")
+    for folder in (checkpoint, output):
+        if folder is not None and (target.is_relative_to(folder) or folder.is_relative_to(target)):
+            raise SavepointRefused(f"{target} overlaps {folder}: give a savepoint folder outside the job's folders")
+    return Origin(checkpoint, output, batch, settings)
+
+
+def refuse_filled(target: Path, what: str) -> None:
+    if target.is_file() or (target.is_dir() and any(target.iterdir())):
+        raise SavepointRefused(f"{target} is not an empty folder: give a new or empty one for {what}")
+
+
+def create(spark_session, origin: Origin, target: Path) -> dict[str, Any]:
+    """Copy the checkpoint and the output into target, read its state, write the manifest; whole or nothing.
+    `spark_session()` starts the session that reads the state (not started for a query without state)."""
+    with made_whole(target) as partial:
+        partial.mkdir(parents=True)
+        top = str(origin.checkpoint)
+        shutil.copytree(
+            origin.checkpoint,
+            partial / CHECKPOINT,
+            symlinks=True,
+            ignore=lambda folder, names: {LOCK_FILE} if folder == top else set(),
+        )
+        if origin.output is not None:
+            shutil.copytree(origin.output, partial / OUTPUT, symlinks=True)
+        state = read_state(spark_session, partial / CHECKPOINT, origin.batch)
+        manifest = _manifest(origin, partial, state)
+        (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def _manifest(origin: Origin, folder: Path, state: list[dict[str, Any]]) -> dict[str, Any]:
+    from pyspark import __version__ as spark_version
+
+    checkpoint = folder / CHECKPOINT
+    settings = origin.settings
+    latest = latest_offsets(checkpoint)
+    inputs = {}
+    for section, source in settings.inputs.items():
+        landing = str(Path(source.files.path).expanduser().absolute()) if source.type == "files" else None
+        inputs[section] = {"type": source.type, "path": landing}
+    return {
+        "format": FORMAT,
+        "batch": origin.batch,
+        "query_id": query_id(checkpoint),
+        "pyspark": spark_version,
+        "pinned_confs": latest[1] if latest else {},
+        "locations": {
+            CHECKPOINT: str(origin.checkpoint),
+            OUTPUT: None if origin.output is None else str(origin.output),
+        },
+        "sink": settings.sink.type,
+        "inputs": inputs,
+        "state": state,
+        "files": file_sums(folder),
+    }
+
+
+def file_sums(folder: Path) -> dict[str, dict[str, Any]]:
+    """Size and SHA-256 of every file of the savepoint (but the manifest), and for a file holding absolute
+    paths the SHA-256 without their folders, which stays equal when a restore moves them."""
+    holding_paths = {path for part in (CHECKPOINT, OUTPUT) for path in path_records.uris_in(folder / part)}
+    sums = {}
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file() or path.parent == folder:
+            continue
+        entry: dict[str, Any] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+        if path in holding_paths:
+            entry["sha256_without_folders"] = path_records.without_folders(path)
+        sums[path.relative_to(folder).as_posix()] = entry
+    return sums
+
+
+def read_state(spark_session, checkpoint: Path, batch: int) -> list[dict[str, Any]]:
+    """Rows of every operator and store as of batch, by Spark's state reader; [] for a query without state."""
+    if not (checkpoint / "state").is_dir():
+        return []
+    spark: SparkSession = spark_session()
+    # A reader set to format version 1 fails on version 2's file names.
+    spark.conf.set(INTEGRITY_CONFS["checkpoint_format_version"], str(held_format_version(checkpoint, batch) or 1))
+    inspection = inspect_checkpoint(spark, str(checkpoint), checkpoint_facts(str(checkpoint), batch), batch)
+    return [
+        {"operator_id": operator.operator_id, "operator": operator.operator, "store": store.store, "rows": store.rows}
+        for operator in inspection.operators
+        for store in operator.stores
+    ]
+
+
+def read_manifest(savepoint: Path) -> dict[str, Any]:
+    path = savepoint / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest["batch"], manifest["files"], manifest["locations"][CHECKPOINT]  # noqa: B018 (the keys it needs)
+    except FileNotFoundError:
+        raise SavepointRefused(
+            f"{savepoint} is not a savepoint (no {MANIFEST}): give the folder savepoint create wrote"
+        ) from None
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise SavepointMismatch(f"{path} is not a savepoint manifest (damaged?): {TAKE_A_NEW_ONE}") from None
+    if manifest.get("format") != FORMAT:
+        raise SavepointRefused(
+            f"{path}: savepoint format {manifest.get('format')} is not {FORMAT}, which this version reads"
+        )
+    return dict(manifest)
+
+
+def check_files(savepoint: Path, manifest: dict[str, Any]) -> None:
+    """Every file of the manifest in the savepoint, byte for byte."""
+    for name, entry in manifest["files"].items():
+        path = savepoint / name
+        if not path.is_file():
+            raise SavepointMismatch(f"{path} is missing from the savepoint (the manifest lists it): {TAKE_A_NEW_ONE}")
+        if path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
+            raise SavepointMismatch(
+                f"{path} differs from the manifest ({entry['bytes']:,} bytes, SHA-256 {entry['sha256'][:12]}...): the"
+                f" savepoint is damaged; {TAKE_A_NEW_ONE}"
+            )
+
+
+def check_restored(manifest: dict[str, Any], copies: dict[str, Path]) -> None:
+    """A restored checkpoint (and output) against the manifest: every file there, the same bytes, or, for a
+    file holding absolute paths, the same lines with none left pointing at the savepoint's old places."""
+    old = [Path(folder) for part, folder in manifest["locations"].items() if folder is not None and part in copies]
+    for name, entry in manifest["files"].items():
+        part, _, rest = name.partition("/")
+        if part not in copies:
+            continue
+        path = copies[part] / rest
+        if not path.is_file():
+            raise SavepointMismatch(f"{path} is missing (the savepoint's manifest lists {name})")
+        if "sha256_without_folders" not in entry:
+            if _sha256(path) != entry["sha256"] and not _rewritten_checksum(path):
+                raise SavepointMismatch(
+                    f"{path} differs from {name} of the savepoint (SHA-256 {entry['sha256'][:12]}...)"
+                )
+            continue
+        if path_records.without_folders(path) != entry["sha256_without_folders"]:
+            raise SavepointMismatch(f"{path} holds other entries than {name} of the savepoint")
+        left = [folder for folder in old if folder not in copies.values()]
+        stale = [uri for uri in path_records.uris_in_file(path) if path_records.is_under(uri, left)]
+        if stale:
+            raise SavepointMismatch(f"{path} still points at the savepoint's old location: {stale[0]}")
+
+
+def _rewritten_checksum(path: Path) -> bool:
+    """A `.crc` beside a file whose paths a restore moved: it matches that file's bytes now."""
+    target = path.with_name(path.name.removeprefix(".").removesuffix(".crc"))
+    return (
+        path.name.endswith(".crc")
+        and target.is_file()
+        and path.read_bytes() == path_records.hadoop_crc(target.read_bytes())
+    )
+
+
+def compare_state(manifest: dict[str, Any], state: list[dict[str, Any]], where: Path) -> None:
+    rows = {(s["operator_id"], s["store"]): s["rows"] for s in manifest["state"]}
+    now = {(s["operator_id"], s["store"]): s["rows"] for s in state}
+    for operator_id, store in sorted(rows.keys() | now.keys()):
+        before, after = rows.get((operator_id, store)), now.get((operator_id, store))
+        if before != after:
+            raise SavepointMismatch(
+                f"operator {operator_id} store {store}: {before} rows in the savepoint's manifest, {after} in {where}"
+                f" (Spark's state reader, batch {manifest['batch']})"
+            )
+
+
+@dataclass(frozen=True)
+class Targets:
+    checkpoint: Path
+    output: Path | None
+    landing: dict[str, Path]  # settings section -> its new landing folder
+
+    def moves(self, manifest: dict[str, Any]) -> path_records.Moves:
+        locations = manifest["locations"]
+        moves = [(Path(locations[CHECKPOINT]), self.checkpoint)]
+        if self.output is not None:
+            moves.append((Path(locations[OUTPUT]), self.output))
+        moves += [(Path(manifest["inputs"][section]["path"]), new) for section, new in self.landing.items()]
+        return moves
+
+
+def plan_restore(savepoint: Path, manifest: dict[str, Any], targets: Targets) -> None:
+    """The targets checked against the savepoint: what it holds is given a place, each place empty."""
+    has_output = manifest["locations"][OUTPUT] is not None
+    if has_output and targets.output is None:
+        raise SavepointRefused(f"{savepoint} holds the {manifest['sink']} sink's output: give --output, its new folder")
+    if not has_output and targets.output is not None:
+        raise SavepointRefused(
+            f"{savepoint} holds no output (the {manifest['sink']} sink wrote none): leave out --output"
+        )
+    for section, folder in targets.landing.items():
+        source = manifest["inputs"].get(section)
+        if source is None or source["type"] != "files":
+            kind = "no such input" if source is None else f"a {source['type']} source"
+            raise SavepointRefused(
+                f"{LANDING_FLAGS[section]}: {section} of the saved job is {kind}; only a files source has a landing"
+                " folder"
+            )
+        if not folder.is_dir():
+            raise SavepointRefused(f"landing folder {folder} does not exist: move the input files there first")
+    places = [targets.checkpoint, *([targets.output] if targets.output else [])]
+    for place in places:
+        refuse_filled(place, "the restore")
+    if targets.output is not None and (
+        targets.output.is_relative_to(targets.checkpoint) or targets.checkpoint.is_relative_to(targets.output)
+    ):
+        raise SavepointRefused(
+            f"--checkpoint {targets.checkpoint} and --output {targets.output} overlap: give two separate folders"
+        )
+
+
+def restore(savepoint: Path, manifest: dict[str, Any], targets: Targets) -> list[Path]:
+    """Copy the savepoint's folders to the targets and move the absolute paths in them; the files rewritten.
+    The output is made first and the checkpoint last: a checkpoint in place means its output is too."""
+    moves = targets.moves(manifest)
+    rewritten = []
+    for part, target in ((OUTPUT, targets.output), (CHECKPOINT, targets.checkpoint)):
+        if target is None:
+            continue
+        if target.is_dir():
+            try:
+                target.rmdir()  # empty (checked): the copy takes its place
+            except OSError as error:  # a mount point, say: the copy cannot be renamed onto it
+                raise SavepointRefused(
+                    f"{target} cannot be replaced ({error.strerror}; a mount point?): give a new folder inside it"
+                ) from None
+        with made_whole(target) as partial:
+            shutil.copytree(savepoint / part, partial, symlinks=True)
+            for path in path_records.uris_in(partial):
+                if path_records.rewrite(path, moves):
+                    rewritten.append(target / path.relative_to(partial))
+    return rewritten
+
+
+def undo_restore(targets: Targets) -> None:
+    """Remove what restore made (its targets were empty or absent before)."""
+    for target in (targets.checkpoint, targets.output):
+        if target is not None:
+            shutil.rmtree(target, ignore_errors=True)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

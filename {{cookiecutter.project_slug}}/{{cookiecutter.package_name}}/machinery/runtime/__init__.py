@@ -1,1 +1,0 @@
-"""The Spark job at run time: session, the query loop, progress and the state watchdog."""

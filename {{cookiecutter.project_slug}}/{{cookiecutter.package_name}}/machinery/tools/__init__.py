@@ -1,1 +1,0 @@
-"""Tools around the job: bench, packaging for spark-submit, the effective configuration."""

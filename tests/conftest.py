@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
+import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +73,54 @@ def bake(output_dir: Path, *, overwrite: bool = False, skip_existing: bool = Fal
 def recorded_answers(project: Path) -> dict[str, Any]:
     """The answers a project records in .cookiecutter.json (cookiecutter's replay form)."""
     return json.loads((project / ".cookiecutter.json").read_text(encoding="utf-8"))["cookiecutter"]
+
+
+def run_command(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m <package> args...` of a baked project, run in this process (its package imported from
+    the project, then forgotten: bakes share package names) on one local session kept for the whole run,
+    which the command takes instead of starting a JVM: its exit code and what it printed. The machinery is
+    the same in every bake (test_bake.py proves it), so only the project's own query and settings differ."""
+    package = recorded_answers(project)["package_name"]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    saved_path, folder = list(sys.path), os.getcwd()
+    shared_session()
+    _forget(package)
+    sys.path.insert(0, str(project))
+    os.chdir(project)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            commands = importlib.import_module(f"{package}.machinery.commands")
+            try:
+                code = commands.main(list(args))
+            except SystemExit as exit:  # argparse's usage errors
+                code = exit.code if isinstance(exit.code, int) else 1
+    finally:
+        os.chdir(folder)
+        sys.path[:] = saved_path
+        _forget(package)
+    return subprocess.CompletedProcess(["-m", package, *args], code, stdout.getvalue(), stderr.getvalue())
+
+
+def _forget(package: str) -> None:
+    for name in [name for name in sys.modules if name == package or name.startswith(f"{package}.")]:
+        del sys.modules[name]
+
+
+@functools.cache
+def shared_session():
+    """One local session for this test process's in-process commands (started on first use)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("template-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def run_in(project: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

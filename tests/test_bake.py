@@ -14,7 +14,7 @@ import pytest
 import yaml
 from cookiecutter.exceptions import FailedHookException
 
-from .conftest import TEMPLATE, bake, recorded_answers, run_in
+from .conftest import TEMPLATE, bake, recorded_answers, run_command, run_in
 
 # A state large enough for RocksDB: 61 one-minute windows open in a 1-hour watermark, 60,000,000
 # events in each at 1,000,000 rows/s: 3,660,000,000 rows x 100 B / 200 = 1.83 GB per partition.
@@ -95,7 +95,7 @@ def test_every_operator_bakes_for_both_providers(out, capfd, operator, provider)
     readme = (project / "README.md").read_text()
     assert [words for words, _ in OPERATORS.values() if words in readme] == [opening]
     # The job's estimate reads the operators from the query's plan: the same figures as the bake's.
-    result = run_in(project, "-m", "stream_job", "estimate", "--json")
+    result = run_command(project, "estimate", "--json")
     estimate = json.loads(result.stdout)
     assert (result.returncode, estimate["operator"]) == (0, " -> ".join(chain))
     assert [part["operator"] for part in estimate["operators"]] == chain
@@ -127,7 +127,7 @@ def test_join_bake_has_a_second_input_of_the_chosen_source(out):
     assert settings["join_source"]["files"]["path"] == "landing/stream_job_join"
     assert settings["capacity"]["join_input_rows_per_second"] == 250
     assert settings["query"]["join"] == {"type": "inner", "range": "15 minutes"}
-    result = run_in(project, "-m", "stream_job", "estimate", "--json")
+    result = run_command(project, "estimate", "--json")
     # left 10,000 x (600 + 900 + 2 batches of 10 s) + right 250 x (600 + 20) = 15,355,000 rows.
     assert json.loads(result.stdout)["rows"] == 15_355_000
 
@@ -190,10 +190,10 @@ def test_combination_bakes_clean(out, answers):
     recorded = recorded_answers(project)
     assert recorded["state_store_provider"] == answers["state_store_provider"]
     # The generated settings load in the generated package, and its estimate agrees with the bake.
-    result = run_in(project, "-m", "stream_job", "estimate", "--json")
+    result = run_command(project, "estimate", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["recommended_provider"] == "hdfs"
-    packages = run_in(project, "-m", "stream_job", "packages")
+    packages = run_command(project, "packages")
     expected = [
         EXPECTED_PACKAGES[answer] for answer in (answers["source"], answers["sink"]) if answer in EXPECTED_PACKAGES
     ]
@@ -292,7 +292,7 @@ def test_large_state_gets_rocksdb_with_changelog(out, capfd):
     assert "keeps that way open" not in printed
     store = settings_of(project)["state_store"]
     assert (store["provider"], store["changelog_checkpointing"]) == ("rocksdb", True)
-    result = run_in(project, "-m", "stream_job", "estimate", "--json")
+    result = run_command(project, "estimate", "--json")
     sizing = json.loads(result.stdout)
     # 61 open windows x 60,000,000 keys; x (100 + 322) B of heap + 470 B per partition, / the partitions,
     # 2 per core the rate needs (max_cores not known).
@@ -329,14 +329,14 @@ def test_partitions_are_advised_from_the_cores_with_the_reasoning(out, capfd):
     assert "  #   2 tasks per core x 3 cores = 6\n" in text
     assert "per partition = 2,547,602,820 B / 6 = 424,600,470 B" in text
     # The job's own estimate gives the same advice from settings.yaml.
-    report = run_in(project, "-m", "stream_job", "estimate").stdout
+    report = run_command(project, "estimate").stdout
     assert "  shuffle partitions = 6, advised 6:\n    2 tasks per core x 3 cores = 6\n" in report
 
 
 def test_a_rate_that_needs_more_cores_than_max_cores_is_baked_with_a_loud_warning(out, capfd):
     project = bake(out, input_rows_per_second="1000000", watermark="1 minute", max_cores="2")
     printed = capfd.readouterr()
-    sizing = json.loads(run_in(project, "-m", "stream_job", "estimate", "--json").stdout)
+    sizing = json.loads(run_command(project, "estimate", "--json").stdout)
     needed = sizing["cores_needed"]
     assert needed > 2
     assert "!" * 78 in printed.err
@@ -349,7 +349,7 @@ def test_a_rate_that_needs_more_cores_than_max_cores_is_baked_with_a_loud_warnin
         in (project / "settings.yaml").read_text()
     )
     # The project's own check says it too, and still passes: the rate is an answer, not a fault.
-    check = run_in(project, "-m", "stream_job", "estimate", "--check")
+    check = run_command(project, "estimate", "--check")
     assert check.returncode == 0
     assert f"sizing check WARNING: the answered rate needs {needed} cores" in check.stderr
 

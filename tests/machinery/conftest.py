@@ -6,14 +6,16 @@ the bake's own example query: the operator is the one its query module declares.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
+import io
 import json
 import os
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -22,6 +24,7 @@ import pytest
 import yaml
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from stream_job.machinery import commands
 from stream_job.machinery.core.durations import parse_duration
 from stream_job.machinery.core.settings import ENV_PREFIX, Settings, load_settings
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
@@ -52,9 +55,38 @@ def start_job(settings_path: Path | str, log: TextIO, cwd: Path = PROJECT_DIR) -
     )
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m stream_job args...` as a real process, without the developer's settings overrides."""
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m stream_job args...` run in this process, on the shared session when one is active (the
+    command takes it instead of starting a JVM of its own), in the project folder, with the environment
+    without the developer's settings overrides plus env: its exit code and what it printed. A proof whose
+    subject is the process (a signal, a fresh JVM) uses run_python instead."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    saved, folder = dict(os.environ), os.getcwd()
+    os.environ.clear()
+    os.environ.update({**clean_env_of(saved), **(env or {})})
+    os.chdir(PROJECT_DIR)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                code = commands.main(list(args))
+            except SystemExit as exit:  # argparse's usage errors
+                code = exit.code if isinstance(exit.code, int) else 1
+    finally:
+        os.chdir(folder)
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess(["-m", "stream_job", *args], code, stdout.getvalue(), stderr.getvalue())
+
+
+def run_cli_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m stream_job args...` as a real process of its own (a fresh JVM), without the developer's
+    settings overrides."""
     return run_python("-m", "stream_job", *args, env=clean_env())
+
+
+def run_main(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """What `python main.py args...` does (the `run` command), in this process: see run_cli."""
+    return run_cli("run", *args, env=env)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -106,7 +138,11 @@ def free_port() -> int:
 
 def clean_env() -> dict[str, str]:
     """This environment without the developer's own settings overrides."""
-    return {name: value for name, value in os.environ.items() if not name.upper().startswith(ENV_PREFIX)}
+    return clean_env_of(os.environ)
+
+
+def clean_env_of(environ: Mapping[str, str]) -> dict[str, str]:
+    return {name: value for name, value in environ.items() if not name.upper().startswith(ENV_PREFIX)}
 
 
 def digest(folder: Path) -> dict[str, str]:
@@ -324,6 +360,12 @@ def expected_row_count(operator: str, files: int) -> int:
 
 # The session fixture `spark` (local[2], 2 shuffle partitions, UTC) and the stop of leftover streams
 # are the project's own, from its tests/conftest.py: tests/test_machinery.py loads it as a plugin.
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_session(spark: SparkSession) -> SparkSession:
+    """The one local session of this run, up before any proof: the commands run_cli runs take it."""
+    return spark
 
 
 @pytest.fixture(autouse=True)

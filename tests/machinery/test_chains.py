@@ -34,6 +34,7 @@ from .conftest import (
     digest,
     project_copy,
     read_events_batch,
+    run_main,
     run_python,
     session_expectation,
     start_job,
@@ -341,7 +342,7 @@ def test_a_chain_restarts_survives_sigkill_and_equals_the_batch_job(spark, tmp_p
         path = four
         # The bake's own query is the count alone: the deduplication removed, refused with both lists.
         before = digest(checkpoint), digest(tmp_path / "output")
-        refused = run_python("main.py", "--settings", str(path), env=clean_env())
+        refused = run_main("--settings", str(path))
         assert refused.returncode == 4, refused.stderr
         assert refused.stderr.splitlines()[-1] == (
             f"checkpoint error: the query's stateful operators changed: the checkpoint {checkpoint} holds the"

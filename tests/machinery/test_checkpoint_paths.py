@@ -28,7 +28,7 @@ from .conftest import (
     files_job,
     jvm_free,
     run_cli,
-    run_python,
+    run_main,
     write_settings_file,
 )
 
@@ -43,7 +43,7 @@ def awkward(tmp_path_factory: pytest.TempPathFactory) -> Path:
     changes = files_job(folder, "parquet", "rocksdb", files=3)
     changes["query"]["checkpoint_location"] = str(folder / AWKWARD)
     path = write_settings_file(folder / "settings.yaml", changes)
-    result = run_python("main.py", "--settings", str(path), env=clean_env())
+    result = run_main("--settings", str(path))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return folder
 

@@ -23,7 +23,7 @@ from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 from stream_job.machinery.job.runner import run_query
 from stream_job.machinery.job.session import apply_confs
 
-from .conftest import batch_expectation, clean_env, digest, files_job, run_python, write_settings_file
+from .conftest import batch_expectation, digest, files_job, run_main, write_settings_file
 
 pytestmark = [pytest.mark.streaming, pytest.mark.faults]
 
@@ -114,7 +114,7 @@ def test_damaged_checkpoint_recovers_or_stops_naming_the_file(spark, first_runs,
     write_sample_files(work / "landing", files=2, events_per_file=40, keys=4, advance_per_file=timedelta(minutes=2))
     output_before = digest(work / "output")
 
-    result = run_python("main.py", "--settings", str(path), env=clean_env())
+    result = run_main("--settings", str(path))
 
     assert result.returncode == exit_code, result.stderr[-3000:]
     if outcome == "replay":  # Spark runs the uncommitted batch again, and the rest

@@ -25,11 +25,11 @@ from .conftest import (
     ANY_PROVIDER,
     BAKED_OPERATOR,
     batch_expectation,
-    clean_env,
     committed_batches,
     digest,
     files_job,
-    run_python,
+    run_cli,
+    run_main,
     start_job,
 )
 
@@ -100,8 +100,8 @@ def test_a_read_only_checkpoint_is_refused_before_spark_and_check_still_reads_it
     path = write_settings(changes)
 
     with read_only(checkpoint):
-        run = run_python("main.py", "--settings", str(path), env=clean_env())
-        check = run_python("-m", "stream_job", "check", "--settings", str(path), env=clean_env())
+        run = run_main("--settings", str(path))
+        check = run_cli("check", "--settings", str(path))
     assert run.returncode == 2, run.stderr
     reason = "Read-only file system" if AS_ROOT else "Permission denied"
     assert run.stderr == (
@@ -145,6 +145,6 @@ def test_a_full_disk_mid_run_stops_the_job_clearly_and_a_restart_after_freeing_s
         assert read_output(spark, settings.sink).exceptAll(expected).count() == 0
 
         filler.unlink()
-        restart = run_python("main.py", "--settings", str(path), env=clean_env())
+        restart = run_main("--settings", str(path))
         assert restart.returncode == 0, restart.stderr[-3000:]
         assertDataFrameEqual(read_output(spark, settings.sink), expected)

@@ -35,12 +35,11 @@ from .conftest import (
     ANY_PROVIDER,
     BAKED_OPERATOR,
     batch_expectation,
-    clean_env,
     committed_batches,
     deep_merge,
     files_job,
     kafka_job,
-    run_python,
+    run_main,
 )
 
 # A null and a missing event time, a year-2100 one, epoch milliseconds read as seconds (year ~57970),
@@ -181,7 +180,7 @@ def test_rows_without_a_usable_event_time_fail_the_batch_or_are_dropped_and_coun
     retime([good[0], bad, *good[1:]])  # the bad file is batch 1, before two files of later events
     checkpoint, output = tmp_path / "checkpoint", tmp_path / "output"
 
-    failed = run_python("main.py", "--settings", str(write_settings(changes)), env=clean_env())
+    failed = run_main("--settings", str(write_settings(changes)))
 
     assert failed.returncode == 1, failed.stderr[-3000:]
     assert failed.stderr.strip().splitlines()[-1] == (
@@ -192,7 +191,7 @@ def test_rows_without_a_usable_event_time_fail_the_batch_or_are_dropped_and_coun
     assert not (output / "_spark_metadata" / "1").exists()
 
     changes["source"]["files"]["on_bad_record"] = "drop"
-    dropped = run_python("main.py", "--settings", str(write_settings(changes)), env=clean_env())
+    dropped = run_main("--settings", str(write_settings(changes)))
 
     assert dropped.returncode == 0, dropped.stderr[-3000:]
     (line,) = [line for line in dropped.stdout.splitlines() if line.startswith("batch 1: ")]
@@ -225,7 +224,7 @@ def test_a_kafka_record_without_a_usable_event_time_is_named_by_partition_and_of
     local_kafka.produce(kafka_broker.bootstrap, topic, [json.dumps(NULL_TIME), BAD_LINES[2]])  # offsets 120, 121
     expected = batch_expectation(spark, make_settings(changes))
 
-    failed = run_python("main.py", "--settings", str(write_settings(changes)), env=clean_env())
+    failed = run_main("--settings", str(write_settings(changes)))
 
     assert failed.returncode == 1, failed.stderr[-3000:]
     assert failed.stderr.strip().splitlines()[-1] == (
@@ -236,7 +235,7 @@ def test_a_kafka_record_without_a_usable_event_time_is_named_by_partition_and_of
     assert committed_batches(tmp_path / "checkpoint") == [0, 1, 2]  # 40 records a batch; the fourth failed
 
     changes["source"]["kafka"]["on_bad_record"] = "drop"
-    dropped = run_python("main.py", "--settings", str(write_settings(changes)), env=clean_env())
+    dropped = run_main("--settings", str(write_settings(changes)))
 
     assert dropped.returncode == 0, dropped.stderr[-3000:]
     (line,) = [line for line in dropped.stdout.splitlines() if line.startswith("batch 3: ")]

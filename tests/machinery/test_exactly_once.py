@@ -49,7 +49,10 @@ def kill_mid_batch(process: subprocess.Popen, checkpoint: Path, sent: int = sign
     while time.monotonic() < deadline:
         if process.poll() is not None:
             pytest.fail(f"the job ended (exit {process.returncode}) before it could be killed mid-run")
-        committed, logged = committed_batches(checkpoint), logged_batches(checkpoint)
+        # The offsets log first: a batch that commits between the two reads is then seen committed, not
+        # taken for one in flight (read the other way round, it looked running when it had just committed).
+        logged = logged_batches(checkpoint)
+        committed = committed_batches(checkpoint)
         if len(committed) >= KILL_AFTER_COMMITS and logged and logged[-1] not in committed:
             process.send_signal(sent)
             process.wait(timeout=60)

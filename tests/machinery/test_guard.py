@@ -21,6 +21,7 @@ from .conftest import (
     jvm_free,
     project_copy,
     run_cli,
+    run_main,
     run_python,
     write_settings_file,
 )
@@ -73,7 +74,7 @@ def test_drift_is_refused_and_the_checkpoint_untouched(checkpoints, provider, ch
     before = digest(checkpoint), digest(output)
     path = write_settings_file(folder / "drifted.yaml", deep_merge(changes, change))
 
-    run = run_python("main.py", "--settings", str(path), env=clean_env())
+    run = run_main("--settings", str(path))
     assert run.returncode == 4, run.stderr
     expected = f"checkpoint error: {setting} in settings, but the checkpoint {checkpoint} holds {held}: "
     (line,) = run.stderr.splitlines()

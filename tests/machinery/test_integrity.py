@@ -25,7 +25,16 @@ from stream_job.machinery.job.guard import check_checkpoint
 from stream_job.machinery.job.session import spark_confs
 from stream_job.machinery.job.state_checks import snapshot_version
 
-from .conftest import batch_expectation, clean_env, deep_merge, digest, files_job, run_python, write_settings_file
+from .conftest import (
+    batch_expectation,
+    clean_env,
+    deep_merge,
+    digest,
+    files_job,
+    run_main,
+    run_python,
+    write_settings_file,
+)
 
 pytestmark = [pytest.mark.streaming, pytest.mark.faults, pytest.mark.state_files]
 
@@ -83,7 +92,7 @@ def flip_byte(path: Path) -> Path:
 
 def restart(work: Path):
     write_sample_files(work / "landing", files=2, events_per_file=40, keys=4, advance_per_file=timedelta(minutes=2))
-    return run_python("main.py", "--settings", str(work / "settings.yaml"), env=clean_env())
+    return run_main("--settings", str(work / "settings.yaml"))
 
 
 def test_a_damaged_snapshot_is_repaired_with_the_features_and_refused_naming_it_without(spark, first_runs):
@@ -102,7 +111,7 @@ def test_a_damaged_snapshot_is_repaired_with_the_features_and_refused_naming_it_
     work = first_runs.restore("off")
     damaged = flip_byte(newest_snapshot(work / "checkpoint/state/0/0"))
     before = digest(work)
-    refused = run_python("main.py", "--settings", str(work / "settings.yaml"), env=clean_env())
+    refused = run_main("--settings", str(work / "settings.yaml"))
     assert refused.returncode == 4, refused.stderr[-3000:]
     assert refused.stderr.strip().splitlines() == [
         f"checkpoint error: {damaged} is damaged (its zip checksum fails) and Spark would fail loading it: set"

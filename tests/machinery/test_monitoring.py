@@ -22,7 +22,7 @@ from stream_job.machinery.job.progress import format_progress
 from stream_job.machinery.job.runner import run_query
 from stream_job.machinery.job.session import apply_confs
 
-from .conftest import PROJECT_DIR, clean_env, deep_merge, free_port, run_python, write_settings_file
+from .conftest import PROJECT_DIR, clean_env, deep_merge, free_port, run_main, write_settings_file
 from .test_soak import SOAK
 
 pytestmark = pytest.mark.streaming
@@ -96,7 +96,7 @@ def test_the_watchdog_warns_once_and_loudly_near_the_hdfs_threshold_through_main
     monitoring = {"progress_format": "text", "state_warning_factor": 3, "hdfs_memory_warning_share": 0.000001}
     path = write_settings_file(tmp_path / "settings.yaml", changes_for(tmp_path, monitoring))
 
-    run = run_python("main.py", "--settings", str(path), "--max-batches", "6", env=clean_env())
+    run = run_main("--settings", str(path), "--max-batches", "6")
 
     assert run.returncode == 0, run.stderr[-3000:]
     assert len([line for line in run.stdout.splitlines() if line.startswith("batch ")]) >= 6

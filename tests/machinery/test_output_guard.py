@@ -12,14 +12,14 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.job.endpoints.output import read_output
 
-from .conftest import ANY_PROVIDER, batch_expectation, clean_env, digest, files_job, run_cli, run_python
+from .conftest import ANY_PROVIDER, batch_expectation, digest, files_job, run_cli, run_main
 
 pytestmark = [pytest.mark.streaming]
 
 
 def refused_start(settings_path: Path, checkpoint: Path, expected: str) -> str:
     before = digest(checkpoint)
-    result = run_python("main.py", "--settings", str(settings_path), env=clean_env())
+    result = run_main("--settings", str(settings_path))
     assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-3000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("checkpoint error: ") and expected in lines[0], result.stderr
@@ -37,7 +37,7 @@ def test_lost_output_and_a_changed_source_are_refused_in_one_line(spark, make_se
     later.mkdir()
     for file in sorted(landing.iterdir())[2:]:
         file.rename(later / file.name)
-    first = run_python("main.py", "--settings", str(path), env=clean_env())
+    first = run_main("--settings", str(path))
     assert first.returncode == 0, first.stderr[-3000:]
     kept = tmp_path / "output-copy"
     shutil.copytree(output, kept)
@@ -63,7 +63,7 @@ def test_lost_output_and_a_changed_source_are_refused_in_one_line(spark, make_se
     # The output put back: the job goes on, and nothing was lost.
     for file in later.iterdir():
         file.rename(landing / file.name)
-    rest = run_python("main.py", "--settings", str(path), env=clean_env())
+    rest = run_main("--settings", str(path))
     assert rest.returncode == 0, rest.stderr[-3000:]
     assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
 
@@ -77,7 +77,7 @@ def test_the_rate_sources_offsets_are_not_read_by_the_micro_batch_rate_source(wr
         "state_store": {"provider": ANY_PROVIDER},
     }
     path = write_settings(changes)
-    ran = run_python("main.py", "--settings", str(path), "--max-batches", "1", env=clean_env())
+    ran = run_main("--settings", str(path), "--max-batches", "1")
     assert ran.returncode == 0, ran.stderr[-3000:]
     micro = write_settings({**changes, "source": {"type": "rate", "rate": {"rows_per_batch": 100}}}, name="micro.yaml")
     line = refused_start(micro, tmp_path / "checkpoint", "source.type is rate-micro-batch in settings")

@@ -10,7 +10,7 @@ import pytest
 from stream_job.machinery.core.sizing.capacity import estimate
 from stream_job.machinery.core.sizing.partitions import ROCKSDB_COMFORT_BYTES, advise, against, describe, local_cores
 
-from .conftest import clean_env, run_cli, run_python
+from .conftest import run_cli, run_main
 
 GIB = 1024**3
 # The default answers' state: 6,600,000 rows, 2.3 GiB of heap on HDFS, 0.2 GiB of RocksDB disk.
@@ -104,7 +104,7 @@ def test_estimate_gives_the_advice_for_the_settings_cores(write_settings):
 
 def test_local_partitions_are_refused_for_a_cluster_master(write_settings):
     path = write_settings({"spark": {"master": "spark://host:7077"}})
-    result = run_python("main.py", "--settings", str(path), "--local-partitions", env=clean_env())
+    result = run_main("--settings", str(path), "--local-partitions")
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "settings error: --local-partitions needs a local spark.master such as local[2], not"

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 
-from .conftest import BAKED_OPERATOR, clean_env, operator_changes, project_copy, run_python
+from .conftest import BAKED_OPERATOR, clean_env, operator_changes, project_copy, run_cli, run_python
 
 
 def test_files_hold_ordered_events_and_arrive_in_order(tmp_path):
@@ -56,7 +56,7 @@ def test_sample_input_command_writes_into_the_landing_directory(write_settings, 
 
 def test_sample_input_refuses_a_bad_advance(write_settings, tmp_path):
     path = write_settings({"source": {"files": {"path": str(tmp_path / "landing")}}})
-    result = run_python("-m", "stream_job", "sample-input", "--settings", str(path), "--advance", "soon")
+    result = run_cli("sample-input", "--settings", str(path), "--advance", "soon")
     assert result.returncode == 2
     assert result.stderr.startswith("sample-input error: --advance 'soon': ")
     assert not (tmp_path / "landing").exists()
@@ -87,7 +87,7 @@ def test_sample_input_command_writes_orders_and_payments_for_a_join(write_settin
     changes["query"] |= {"watermark": "4 minutes", "join": {"type": "inner", "range": "4 minutes"}}
     path = write_settings(changes | {"source": {"type": "files", "files": {"path": str(tmp_path / "orders")}}})
     args = ["--settings", str(path), "--files", "1", "--events-per-file", "5"]
-    result = run_python("-m", "stream_job", "sample-input", *args)
+    result = run_cli("sample-input", *args)
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.splitlines() == [
         f"wrote 1 files of 5 events (a key per event) to {tmp_path / 'orders'}",
@@ -110,7 +110,7 @@ def test_sample_input_command_writes_sessions_for_custom_state(write_settings, t
     changes["query"]["custom_state"] = {"session_timeout": "1 minute"}
     path = write_settings(changes | {"state_store": {"provider": "rocksdb"}})
     args = ["--settings", str(path), "--files", "1", "--events-per-file", "40", "--keys", "2"]
-    result = run_python("-m", "stream_job", "sample-input", *args)
+    result = run_cli("sample-input", *args)
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout == f"wrote 1 files of 40 events (2 keys in runs of 10) to {tmp_path / 'landing'}\n"
     # Runs of 10 events per key over twice the session timeout: 2 minutes, 3 s apart.

@@ -26,6 +26,8 @@ from .conftest import (
     digest,
     files_job,
     project_copy,
+    run_cli,
+    run_main,
     run_python,
 )
 
@@ -62,7 +64,7 @@ def first_run(
     for file in sorted(landing.iterdir())[2:]:
         waiting.append(later / file.name)
         file.rename(waiting[-1])
-    ran = run_python("main.py", "--settings", str(path), env=clean_env())
+    ran = run_main("--settings", str(path))
     assert ran.returncode == 0, ran.stderr[-3000:]
     return path, changes, waiting
 
@@ -99,7 +101,7 @@ def test_a_nullable_field_added_is_accepted_and_a_narrowed_one_refused_with_avro
     unsaferow = write_settings(
         {**changes, "state_store": {**changes["state_store"], "encoding_format": "unsaferow"}}, name="unsaferow.yaml"
     )
-    drift = one_line(run_python("-m", "stream_job", "check", "--settings", str(unsaferow), env=clean_env()), "")
+    drift = one_line(run_cli("check", "--settings", str(unsaferow)), "")
     assert "state_store.encoding_format is unsaferow in settings, but the checkpoint" in drift
     assert "holds avro:" in drift and "set state_store.encoding_format back to avro" in drift
 

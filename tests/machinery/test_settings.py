@@ -12,7 +12,17 @@ import pytest
 import yaml
 from stream_job.machinery.core.settings import ENV_PREFIX, SettingsError, load_settings
 
-from .conftest import BAKED_OPERATOR, PROJECT_DIR, PROJECT_SETTINGS, clean_env, deep_merge, digest, run_python
+from .conftest import (
+    BAKED_OPERATOR,
+    PROJECT_DIR,
+    PROJECT_SETTINGS,
+    clean_env,
+    deep_merge,
+    digest,
+    run_cli,
+    run_main,
+    run_python,
+)
 
 
 def test_generated_settings_load():
@@ -473,7 +483,7 @@ def test_a_path_starting_with_a_tilde_is_in_the_home_folder(write_settings, tmp_
         "sink": {"path": "~/output"},
         "query": {"checkpoint_location": "~/checkpoint"},
     }
-    result = run_python("-m", "stream_job", "config", "--settings", str(write_settings(changes)), env=_home(home))
+    result = run_cli("config", "--settings", str(write_settings(changes)), env=_home(home))
     assert result.returncode == 0, result.stderr
     for setting in ("path: " + str(home / "landing"), f"archive_dir: {home / 'done'}", f"path: {home / 'output'}"):
         assert setting in result.stdout
@@ -627,7 +637,7 @@ def test_checkpoint_location_that_is_a_file(make_settings, tmp_path):
 def test_bad_settings_exit_2_with_one_line_per_field_and_no_spark(write_settings, tmp_path):
     checkpoint = tmp_path / "checkpoint"
     path = write_settings({"spark": {"shuffle_partitions": 0}, "query": {"checkpoint_location": str(checkpoint)}})
-    result = run_python("main.py", "--settings", str(path))
+    result = run_main("--settings", str(path))
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"settings error: spark.shuffle_partitions = 0: Input should be greater than 0 (in {path});"
@@ -702,7 +712,7 @@ def test_what_a_run_needs_is_checked_before_spark_starts(write_settings, tmp_pat
     if UNWRITABLE in str(changes) and _can_write_in(UNWRITABLE):
         pytest.skip(f"{UNWRITABLE} is writable on this machine, so it cannot stand for a read-only place")
     changes = deep_merge(changes, {"query": {"checkpoint_location": str(tmp_path / "checkpoint")}})
-    result = run_python("main.py", "--settings", str(write_settings(changes)))
+    result = run_main("--settings", str(write_settings(changes)))
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [f"settings error: {expected.format(root=tmp_path)}"]
     assert not (tmp_path / "checkpoint").exists()
@@ -717,7 +727,7 @@ def _can_write_in(folder: str) -> bool:
 
 
 def test_bad_flag_exits_2(tmp_path):
-    result = run_python("main.py", "--max-batches", "0")
+    result = run_main("--max-batches", "0")
     assert result.returncode == 2
     assert "argument --max-batches: '0' must be greater than zero" in result.stderr
 

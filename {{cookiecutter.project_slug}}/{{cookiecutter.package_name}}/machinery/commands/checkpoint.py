@@ -78,11 +78,10 @@ def _plan_drift(settings: Settings) -> tuple[str | None, str, list[str]]:
     from ..job.operator_list import operators_drift
     from ..job.query_plan import read_plan, stand_in_result
     from ..job.schema_evolution import state_schema_drift
-    from ..job.session import local_session
+    from ..job.session import tool_session
     from ..job.state_key import state_key_drift
 
-    spark = local_session("check-plan", {})
-    try:
+    with tool_session("check-plan", {}) as spark:
         result = stand_in_result(spark, settings)
         plan = read_plan(result)
         location = settings.query.checkpoint_location
@@ -92,8 +91,6 @@ def _plan_drift(settings: Settings) -> tuple[str | None, str, list[str]]:
             raise SettingsError(problems)
         drift = drift or state_key_drift(spark, result, location)
         schema_drift, evolutions = (None, []) if drift else state_schema_drift(result, plan, location)
-    finally:
-        spark.stop()
     return drift or schema_drift, chain([operator.kind for operator in flow_order(plan)]), evolutions
 
 
@@ -104,22 +101,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     facts = checkpoint_facts(location, args.batch_id)  # what can be checked before Spark starts
     from ..job.query_plan import planned_operators
-    from ..job.session import local_session, secret_confs
+    from ..job.session import secret_confs, tool_session
 
     # The user's own confs may carry what a cloud checkpoint needs (credentials, file systems).
     confs = {} if settings is None else {key: str(value) for key, value in settings.spark.conf.items()}
     if settings is not None:
         confs.update(secret_confs(settings))
-    spark = local_session("inspect-state", {**confs, **reader_confs(location)})
-    try:
+    with tool_session("inspect-state", {**confs, **reader_confs(location)}) as spark:
         if args.key is not None or args.changes:
             return _inspect_key(spark, location, facts, args)
         inspection = inspect_checkpoint(spark, location, facts, args.batch_id)
         plan = [] if settings is None else planned_operators(spark, settings)
         if settings is not None and any(operator.known for operator in plan):  # each operator's estimate
             inspection.estimate = settings.sizing(plan)
-    finally:
-        spark.stop()
     print(json.dumps(inspection.to_dict(), indent=2) if args.json else render(inspection))
     return 0
 

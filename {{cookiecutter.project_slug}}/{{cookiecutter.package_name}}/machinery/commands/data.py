@@ -73,18 +73,16 @@ def cmd_show_output(args: argparse.Namespace) -> int:
         print(f"no output yet at {settings.sink.path}; run the job first")
         return 0
     from ..job.endpoints.output import read_output
-    from ..job.session import build_session
+    from ..job.session import job_session
     from ..operations.inspection import spark_errors, spark_message
 
     # Reading needs no connector: a Delta table is read with the deltalake package.
-    spark = build_session(settings, with_connectors=False)
-    try:
-        output = read_output(spark, settings.sink)
-        print(f"{output.count():,} rows in {settings.sink.path}")
-        output.orderBy(*output.columns).show(args.limit, truncate=False)
-    except spark_errors() as error:  # a damaged output Spark cannot read: its first line, not a traceback
-        print(f"show-output error: {settings.sink.path} cannot be read: {spark_message(error)}", file=sys.stderr)
-        return EXIT_QUERY_FAILED
-    finally:
-        spark.stop()
+    with job_session(settings, with_connectors=False) as spark:
+        try:
+            output = read_output(spark, settings.sink)
+            print(f"{output.count():,} rows in {settings.sink.path}")
+            output.orderBy(*output.columns).show(args.limit, truncate=False)
+        except spark_errors() as error:  # a damaged output Spark cannot read: its first line, not a traceback
+            print(f"show-output error: {settings.sink.path} cannot be read: {spark_message(error)}", file=sys.stderr)
+            return EXIT_QUERY_FAILED
     return 0

@@ -296,15 +296,12 @@ def _bytes_source(args: argparse.Namespace, calibration: Calibration | None) -> 
 
 def run_calibration(settings: Settings, events_per_file: int) -> Calibration:
     """The calibration run, in a local Spark session of its own; its progress goes to stderr."""
-    from ..job.session import local_session
+    from ..job.session import tool_session
     from ..operations.calibration import calibrate
 
     print(
         f"calibrating: running the query on {settings.state_store.provider} with sample files",
         file=sys.stderr,
     )
-    spark = local_session("calibrate-state", {})
-    try:
+    with tool_session("calibrate-state", {}) as spark:
         return calibrate(spark, settings, events_per_file, progress_to=sys.stderr)
-    finally:
-        spark.stop()

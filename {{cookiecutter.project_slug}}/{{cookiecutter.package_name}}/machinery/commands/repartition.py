@@ -66,14 +66,12 @@ def cmd_repartition(args: argparse.Namespace) -> int:
         f" {chosen.partitions_new} partitions; a copy is kept at {chosen.working_copy} until the result is verified",
         flush=True,
     )
-    from ..job.session import build_session
+    from ..job.session import job_session
     from ..operations.inspection import READER_CONFS, inspect_checkpoint
 
-    with holding(location, "the repartition"):
-        spark = build_session(as_pinned, with_connectors=chosen.finish_first)
+    pinned_session = job_session(as_pinned, with_connectors=chosen.finish_first, also=READER_CONFS)
+    with holding(location, "the repartition"), pinned_session as spark:
         try:
-            for key, value in READER_CONFS.items():
-                spark.conf.set(key, value)
             if chosen.finish_first:
                 chosen = _finish_last_batch(spark, as_pinned, chosen)
             result = repartition(
@@ -87,8 +85,6 @@ def cmd_repartition(args: argparse.Namespace) -> int:
         except RepartitionFailed as error:
             print(f"repartition failed: {error}", flush=True)
             return EXIT_QUERY_FAILED
-        finally:
-            spark.stop()
     for (operator, store), rows in sorted(result.after.items()):
         print(f"repartition: operator {operator} store {store}: {rows:,} rows before and after")
     kept = f"the copy is kept at {result.copy_kept}" if result.copy_kept else "the copy was removed"

@@ -7,7 +7,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..core.checkpoint.files import RESTORE_OR_RESTART, empty_state_files
 from ..core.checkpoint.run_lock import holding
@@ -34,6 +34,9 @@ from .arguments import (
     positive_float,
     positive_int,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -72,16 +75,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO) -> int:
+    from ..job.session import job_session
+
+    with job_session(settings) as spark:
+        return _run_on(spark, settings, args, remarks_to)
+
+
+def _run_on(spark: SparkSession, settings: Settings, args: argparse.Namespace, remarks_to: TextIO) -> int:
     from pyspark.errors import AnalysisException, StreamingQueryException
 
     from ..job.connectors import require_connectors
     from ..job.endpoints.kafka_check import KafkaSourceError, check_kafka_inputs, require_brokers
     from ..job.runner import run_query
     from ..job.schema_evolution import StateSchemaRefused, schema_refusal_advice
-    from ..job.session import build_session
     from ..job.state_key import StateKeyChanged
 
-    spark = build_session(settings)
     print(startup_line(settings, spark.version, spark.sparkContext.master), file=remarks_to, flush=True)
     try:
         require_connectors(spark, settings)
@@ -115,8 +123,6 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO) -> in
         ):
             print(line, file=sys.stderr)
         return EXIT_QUERY_FAILED
-    finally:
-        spark.stop()
     return 0
 
 

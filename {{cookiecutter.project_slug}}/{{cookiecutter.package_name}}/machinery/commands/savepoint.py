@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,19 +70,17 @@ def state_reader() -> Iterator[Any]:
     """A function that starts the local session reading the state, once, when first called."""
     started: list[Any] = []
 
-    def session():
-        if not started:
-            from ..job.session import local_session
-            from ..operations.inspection import READER_CONFS
+    with ExitStack() as stack:
 
-            started.append(local_session("savepoint", READER_CONFS))
-        return started[0]
+        def session():
+            if not started:
+                from ..job.session import tool_session
+                from ..operations.inspection import READER_CONFS
 
-    try:
+                started.append(stack.enter_context(tool_session("savepoint", READER_CONFS)))
+            return started[0]
+
         yield session
-    finally:
-        for spark in started:
-            spark.stop()
 
 
 def cmd_create(args: argparse.Namespace) -> int:

@@ -94,8 +94,8 @@ class ProgressPrinter(StreamingQueryListener):
     query committed in this run. With a watchdog, its warnings follow the batch that crossed them:
     on stderr as text, or as events in the JSON stream."""
 
-    def __init__(self, out: TextIO = sys.stdout, json_lines: bool = False, watchdog: StateWatchdog | None = None):
-        self._out = out
+    def __init__(self, out: TextIO | None = None, json_lines: bool = False, watchdog: StateWatchdog | None = None):
+        self._out = sys.stdout if out is None else out  # the standard output of now, not of import time
         self._json = json_lines
         self._watchdog = watchdog
         self._lock = threading.Lock()

@@ -255,13 +255,10 @@ def checked_plan(settings: Settings) -> list[PlanOperator]:
     """The plan's operators, read in a local session of their own (nothing runs), and checked against
     the settings (Settings.plan_problems): a SettingsError names what does not fit."""
     from ..core.settings import SettingsError
-    from .session import local_session
+    from .session import tool_session
 
-    spark = local_session("query-plan", {})
-    try:
+    with tool_session("query-plan", {}) as spark:
         plan = planned_operators(spark, settings)
-    finally:
-        spark.stop()
     problems = settings.plan_problems(plan)
     if problems:
         raise SettingsError(problems)

@@ -64,12 +64,13 @@ def run_query(
     settings: Settings,
     max_batches: int | None = None,
     timeout_seconds: float | None = None,
-    progress_to: TextIO = sys.stdout,
+    progress_to: TextIO | None = None,
 ) -> StreamingQuery:
     """Run until the query ends, `max_batches` batches are committed, the timeout passes, or the
     process gets SIGTERM or SIGINT; each of the last three stops on a batch boundary (stopping.py).
     """
     monitoring = settings.monitoring
+    progress_to = sys.stdout if progress_to is None else progress_to  # the standard output of now, not of import time
     remarks_to = monitoring.remarks_to(progress_to)
     result = build_result(spark, settings)
     plan = follow_plan(result, settings, remarks_to)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
@@ -126,6 +127,52 @@ def build_session(settings: Settings, with_connectors: bool = True) -> SparkSess
         if "spark.jars.packages" in confs and error.getCondition() == "JAVA_GATEWAY_EXITED":
             raise fetch_failed(confs["spark.jars.packages"]) from None
         raise
+
+
+@contextmanager
+def job_session(
+    settings: Settings, with_connectors: bool = True, also: Mapping[str, str] | None = None
+) -> Iterator[SparkSession]:
+    """The session a command runs the job's work on, with the runtime confs `also` set too: see `_own_or_shared`."""
+    confs = {**spark_confs(settings), **(also or {})}
+    with _own_or_shared(lambda: build_session(settings, with_connectors), confs) as spark:
+        yield spark
+
+
+@contextmanager
+def tool_session(app_name: str, confs: dict[str, str]) -> Iterator[SparkSession]:
+    """The session a tool (inspect, calibrate, the plan's check) reads with: see `_own_or_shared`."""
+    with _own_or_shared(lambda: local_session(app_name, confs), confs) as spark:
+        yield spark
+
+
+@contextmanager
+def _own_or_shared(start: Callable[[], SparkSession], confs: Mapping[str, str]) -> Iterator[SparkSession]:
+    """A session of the command's own, stopped when it ends; or, where this process runs one already (a
+    test's shared session, a notebook's), that one, left running, with the confs' runtime SQL part set
+    for the command's time and put back after (the others are fixed when a session starts)."""
+    runtime = {key: value for key, value in confs.items() if key.startswith("spark.sql.")}
+    active = SparkSession.getActiveSession()
+    if active is None:
+        spark = start()
+        try:
+            for key, value in runtime.items():
+                spark.conf.set(key, value)
+            yield spark
+        finally:
+            spark.stop()
+        return
+    before = {key: active.conf.get(key, None) for key in runtime}
+    for key, value in runtime.items():
+        active.conf.set(key, value)
+    try:
+        yield active
+    finally:
+        for key, value in before.items():
+            if value is None:
+                active.conf.unset(key)
+            else:
+                active.conf.set(key, value)
 
 
 def local_session(app_name: str, confs: dict[str, str]) -> SparkSession:

@@ -168,11 +168,11 @@ def _own_or_shared(start: Callable[[], SparkSession], confs: Mapping[str, str]) 
     try:
         yield active
     finally:
-        for key, value in before.items():
-            if value is None:
+        for key, held in before.items():
+            if held is None:
                 active.conf.unset(key)
             else:
-                active.conf.set(key, value)
+                active.conf.set(key, held)
 
 
 def local_session(app_name: str, confs: dict[str, str]) -> SparkSession:

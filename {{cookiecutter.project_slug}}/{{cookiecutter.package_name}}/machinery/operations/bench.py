@@ -188,7 +188,6 @@ def checkpoint_bytes_of_batches(checkpoint: Path, first: int, last: int) -> int:
 
 
 def run_environment(settings: Settings, folder: Path, configuration: str, plan: InputPlan) -> dict[str, str]:
-    provider, changelog = CONFIGURATIONS[configuration]
     conf = {key: str(value) for key, value in settings.spark.conf.items()}
     # The event log gives the GC time per batch, read once the run has ended (the caller makes its folder).
     conf.update(
@@ -200,20 +199,30 @@ def run_environment(settings: Settings, folder: Path, configuration: str, plan: 
             "spark.eventLog.compress": "false",
         }
     )
-    overrides = {
-        **plan.overrides,
+    return scratch_environment(
+        folder, configuration, "100 milliseconds", conf, plan.overrides | {"QUERY__WATERMARK": "1 hour"}
+    )
+
+
+def scratch_environment(
+    folder: Path, configuration: str, trigger: str, conf: dict[str, str], overrides: dict[str, str]
+) -> dict[str, str]:
+    """The environment of a scratch run of the user's job (bench, sustain): its checkpoint and parquet
+    output in folder, the store configuration, JSON progress to read the batches from, and overrides."""
+    provider, changelog = CONFIGURATIONS[configuration]
+    scratch = {
+        **overrides,
         "STATE_STORE__PROVIDER": provider,
         "STATE_STORE__CHANGELOG_CHECKPOINTING": str(changelog).lower(),
-        "QUERY__WATERMARK": "1 hour",
-        "QUERY__TRIGGER": "100 milliseconds",
+        "QUERY__TRIGGER": trigger,
         "QUERY__CHECKPOINT_LOCATION": str(folder / "checkpoint"),
         "SINK__TYPE": "parquet",
         "SINK__PATH": str(folder / "output"),
         "MONITORING__PROGRESS_FORMAT": "json",
         "SPARK__CONF": json.dumps(conf),
     }
-    # The user's own overrides stay (the parent read its settings with them); these win.
-    return {**os.environ, **{ENV_PREFIX + name: value for name, value in overrides.items()}}
+    # The user's own overrides stay (the settings were read with them); these win.
+    return {**os.environ, **{ENV_PREFIX + name: value for name, value in scratch.items()}}
 
 
 def batch_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:

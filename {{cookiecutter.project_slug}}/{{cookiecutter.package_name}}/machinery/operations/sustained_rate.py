@@ -36,7 +36,6 @@ from ..core.contract import PACKAGE
 from ..core.durations import parse_duration
 from ..core.operators import OPERATORS
 from ..core.plan_operators import PlanOperator, chain, flow_order
-from ..core.settings import ENV_PREFIX
 from ..core.sizing import core_rates
 from ..core.sizing.partitions import for_cores
 from .bench import (
@@ -48,6 +47,7 @@ from .bench import (
     machine,
     percentile,
     rate_overrides,
+    scratch_environment,
     unsupported,
 )
 
@@ -158,26 +158,12 @@ def rows_per_batch(operator: str, rows_per_second: float, trigger_seconds: float
 def try_environment(
     folder: Path, lead: str, configuration: str, cores: int, per_batch: int, trigger: str, conf: dict[str, str]
 ) -> dict[str, str]:
-    provider, changelog = CONFIGURATIONS[configuration]
     sources = rate_overrides("SOURCE", per_batch, UNIQUE_KEYS, trigger)
     if OPERATORS[lead].two_inputs:
         sources |= rate_overrides("JOIN_SOURCE", per_batch, UNIQUE_KEYS, trigger)
-    overrides = {
-        **sources,
-        **bench_spans(lead, parse_duration(trigger)),
-        "SPARK__MASTER": f"local[{cores}]",
-        "SPARK__SHUFFLE_PARTITIONS": str(for_cores(cores)),
-        "STATE_STORE__PROVIDER": provider,
-        "STATE_STORE__CHANGELOG_CHECKPOINTING": str(changelog).lower(),
-        "QUERY__TRIGGER": trigger,
-        "QUERY__CHECKPOINT_LOCATION": str(folder / "checkpoint"),
-        "SINK__TYPE": "parquet",
-        "SINK__PATH": str(folder / "output"),
-        "MONITORING__PROGRESS_FORMAT": "json",
-        "SPARK__CONF": json.dumps(conf),
-    }
-    # The user's own overrides stay (the settings were read with them); these win.
-    return {**os.environ, **{ENV_PREFIX + name: value for name, value in overrides.items()}}
+    spans = bench_spans(lead, parse_duration(trigger))
+    on_cores = {"SPARK__MASTER": f"local[{cores}]", "SPARK__SHUFFLE_PARTITIONS": str(for_cores(cores))}
+    return scratch_environment(folder, configuration, trigger, conf, sources | spans | on_cores)
 
 
 def run_try(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..confs import ENCODING_CONF
-from .files import RESTORE_OR_RESTART, CheckpointUnreadable, highest_numbered, newest_state_metadata_v2
+from .files import RESTORE_OR_RESTART, CheckpointUnreadable, newest_state_metadata_v2
 
 # What Spark uses when a checkpoint's offsets record no encoding (checkpoints of Spark before 4.0).
 DEFAULT_ENCODING = "unsaferow"

@@ -125,8 +125,11 @@ def project_copy(folder: Path, query_edits: dict[str, str], module: str = "query
 
 
 def jvm_free(stderr: str) -> str:
-    """stderr without the line every Spark 4.2 JVM prints at start (docs/operations.md says why)."""
-    return "".join(line for line in stderr.splitlines(keepends=True) if "Using incubator modules" not in line)
+    """stderr without what a JVM says of itself whatever the job does: the line every Spark 4.2 JVM prints
+    at start (docs/operations.md says why), and Spark's warning that the UI's port was taken (by another
+    test's Spark) and the next one is tried."""
+    noise = ("Using incubator modules", "could not bind on port")
+    return "".join(line for line in stderr.splitlines(keepends=True) if not any(words in line for words in noise))
 
 
 def free_port() -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -28,7 +29,6 @@ from .conftest import (
     clean_env,
     committed_batches,
     files_job,
-    free_port,
     run_cli,
 )
 
@@ -43,6 +43,17 @@ def start_daemon(log: Path, *arguments: str) -> subprocess.Popen:
     command = [str(SPARK_HOME / "bin" / "spark-class"), *arguments]
     env = {**clean_env(), "SPARK_HOME": str(SPARK_HOME)}
     return subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def bound_port(log: Path, service: str) -> int:
+    """The port a daemon bound for a service, from its log ("Successfully started service ... on port N")."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = re.search(rf"Successfully started service '{service}' on port (\d+)", log.read_text(errors="replace"))
+        if found:
+            return int(found.group(1))
+        time.sleep(0.2)
+    raise AssertionError(f"{service} did not say its port in 60 s: {log.read_text(errors='replace')[-2000:]}")
 
 
 def stop_group(process: subprocess.Popen) -> None:
@@ -68,19 +79,23 @@ def alive_workers(webui_port: int) -> int:
 
 @pytest.fixture
 def standalone_cluster(tmp_path: Path) -> Iterator[tuple[str, list[subprocess.Popen]]]:
-    port, webui = free_port(), free_port()
+    # Port 0: the master binds free ports itself and says which (a port chosen here could be taken first).
     processes = [
         start_daemon(
             tmp_path / "master.log", "org.apache.spark.deploy.master.Master",
-            "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(webui),
+            "--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
         )
     ]  # fmt: skip
     try:
+        port, webui = (
+            bound_port(tmp_path / "master.log", "sparkMaster"),
+            bound_port(tmp_path / "master.log", "MasterUI"),
+        )
         for number in (1, 2):
             processes.append(
                 start_daemon(
                     tmp_path / f"worker{number}.log", "org.apache.spark.deploy.worker.Worker",
-                    "--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
+                    "--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", "0",
                     "--work-dir", str(tmp_path / f"work{number}"), f"spark://127.0.0.1:{port}",
                 )
             )  # fmt: skip

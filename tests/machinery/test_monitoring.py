@@ -10,11 +10,13 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from stream_job.machinery.core.settings import load_settings
@@ -118,14 +120,32 @@ def test_the_watchdog_warns_once_and_loudly_near_the_hdfs_threshold_through_main
 
 
 def test_metrics_enabled_puts_the_query_on_the_prometheus_endpoint(tmp_path):
-    port = free_port()
+    # A free port now may be taken before Spark binds it: with no retries Spark then fails to start
+    # (instead of moving to the next port unseen), and the run is made again on another.
+    for _ in range(3):
+        process, streaming, output = watch_prometheus(tmp_path, free_port())
+        if "BindException" not in output and "could not bind" not in output:
+            break
+    assert streaming, "no spark_streaming_watched_ metric in 240 s: " + output[-3000:]
+    assert process.returncode == 0, output[-3000:]
+    names = {line.split("{")[0].split(" ")[0] for line in streaming}
+    assert any(name.endswith("spark_streaming_watched_states_rowsTotal_Value") for name in names), names
+    assert any(name.endswith("spark_streaming_watched_inputRate_total_Value") for name in names), names
+
+
+def watch_prometheus(tmp_path: Path, port: int) -> tuple[subprocess.Popen, list[str], str]:
+    """The job with its UI on port, stopped once the Prometheus endpoint shows the query's metrics:
+    (the process, those lines, what it printed)."""
     changes = changes_for(tmp_path, {"metrics_enabled": True}, trigger="1 second")
     changes["spark"]["conf"] = {
         "spark.ui.enabled": "true",
         "spark.ui.port": str(port),
+        "spark.port.maxRetries": "0",
         "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
         "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
     }
+    for folder in ("checkpoint", "output"):  # a run refused at its port may have started them
+        shutil.rmtree(tmp_path / folder, ignore_errors=True)
     path = write_settings_file(tmp_path / "settings.yaml", changes)
     process = subprocess.Popen(
         [sys.executable, "main.py", "--settings", str(path), "--timeout", "300"],
@@ -135,7 +155,7 @@ def test_metrics_enabled_puts_the_query_on_the_prometheus_endpoint(tmp_path):
         text=True,
         env=clean_env(),
     )
-    streaming = []
+    streaming: list[str] = []
     try:
         # Generous: in CI two Spark-heavy bakes share 2 cores, and the first batch can take minutes.
         deadline = time.monotonic() + 240
@@ -150,8 +170,4 @@ def test_metrics_enabled_puts_the_query_on_the_prometheus_endpoint(tmp_path):
     finally:
         process.send_signal(signal.SIGTERM)
         output = process.communicate(timeout=60)[0]
-    assert streaming, "no spark_streaming_watched_ metric in 240 s: " + output[-3000:]
-    assert process.returncode == 0, output[-3000:]
-    names = {line.split("{")[0].split(" ")[0] for line in streaming}
-    assert any(name.endswith("spark_streaming_watched_states_rowsTotal_Value") for name in names), names
-    assert any(name.endswith("spark_streaming_watched_inputRate_total_Value") for name in names), names
+    return process, streaming, output

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import TEMPLATE, run_in
+from .conftest import TEMPLATE, run_command
 from .test_rebake import digest
 
 BIN = Path(sys.executable).parent
@@ -150,6 +150,6 @@ def test_cruft_brings_a_machinery_change_into_a_project_and_keeps_the_users_edit
     assert query.read_text() == edited
     assert run(BIN / "cruft", "check", cwd=project).returncode == 0
     # The updated project still loads its settings and sizes its state.
-    estimate = run_in(project, "-m", "orders", "estimate", "--json")
+    estimate = run_command(project, "estimate", "--json")
     assert estimate.returncode == 0, estimate.stderr
     assert json.loads(estimate.stdout)["operator"] == "deduplication"

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from .conftest import BAKED_OPERATOR, clean_env, run_python
+from .conftest import BAKED_OPERATOR, run_cli
 
 pytestmark = pytest.mark.streaming
 
@@ -35,8 +35,8 @@ RUNS = {
 
 
 def bench(settings_path, *arguments: str):
-    command = ["-m", "stream_job", "bench", "--settings", str(settings_path), *arguments]
-    return run_python(*command, env=clean_env())
+    """The bench command, in-process: each of its runs is a job process of its own anyway."""
+    return run_cli("bench", "--settings", str(settings_path), *arguments)
 
 
 # bench runs the query it is given on each store: once in the default bake, and in custom_state's,
@@ -123,8 +123,8 @@ def test_bench_refuses_a_store_the_operator_cannot_run_on(write_settings, tmp_pa
 
 
 def sustain(settings_path, *arguments: str):
-    command = ["-m", "stream_job", "sustain", "--settings", str(settings_path), *arguments]
-    return run_python(*command, env=clean_env())
+    """The sustain command, in-process: each of its tries is a job process of its own (kept to its CPUs)."""
+    return run_cli("sustain", "--settings", str(settings_path), *arguments)
 
 
 @pytest.mark.parametrize(

@@ -163,6 +163,18 @@ PARAMS = [
 ]
 
 
+# The crash of a chain: deduplication-then-count (a starter) and the custom_state chain prove that a
+# SIGKILL loses and repeats nothing across two operators, as each operator's own crash in its bake does
+# for one; the other chains' crashes repeat that proof (secondary: make test-all runs them), their
+# estimates below stay in CI.
+CRASH_PARAMS = [
+    pytest.param(*param.values, marks=[*param.marks, pytest.mark.secondary], id=param.id)
+    if param.id in ("join-then-count", "count-then-count", "static-join-then-count")
+    else param
+    for param in PARAMS
+]
+
+
 def at_home(name: str) -> None:
     if HOME[name] != BAKED_OPERATOR:
         pytest.skip(f"the {HOME[name]} bake runs it")
@@ -267,7 +279,7 @@ def batch_oracle(spark: SparkSession, name: str, folder: Path) -> DataFrame:
     return counts.where(F.col("window_end") <= F.lit(newest - timedelta(minutes=1) - span))
 
 
-@pytest.mark.parametrize("name", PARAMS)
+@pytest.mark.parametrize("name", CRASH_PARAMS)
 def test_a_chain_restarts_survives_sigkill_and_equals_the_batch_job(spark, tmp_path, name):
     at_home(name)
     chain = CHAINS[name]

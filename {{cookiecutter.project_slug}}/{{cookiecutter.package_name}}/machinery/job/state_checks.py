@@ -17,7 +17,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from ..core.checkpoint.files import RESTORE_OR_RESTART
+from ..core.checkpoint.files import RESTORE_OR_RESTART, state_files
 from ..core.settings import Settings
 
 
@@ -82,7 +82,7 @@ def local_checksum_failures(checkpoint: Path) -> list[Path]:
     for a damaged changelog is "Stream is corrupted", without the file; only local checkpoints have
     these checksum files."""
     failing = []
-    for checksum in sorted((checkpoint / "state").rglob(".*.crc")):
+    for checksum in state_files(checkpoint, ".*.crc"):
         path = checksum.with_name(checksum.name[1:].removesuffix(".crc"))
         raw = checksum.read_bytes()
         if not path.is_file() or raw[:4] != b"crc\x00" or len(raw) < 8:

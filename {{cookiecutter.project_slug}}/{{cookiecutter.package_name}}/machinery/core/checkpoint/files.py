@@ -123,7 +123,14 @@ def check_log_files(checkpoint: Path) -> None:
 
 def empty_state_files(checkpoint: Path) -> list[Path]:
     """State files of zero bytes: a truncated write, which Spark reports without naming the file."""
-    return sorted(path for path in (checkpoint / "state").rglob("*") if path.is_file() and path.stat().st_size == 0)
+    return [path for path in state_files(checkpoint) if path.stat().st_size == 0]
+
+
+def state_files(checkpoint: Path, pattern: str = "*") -> list[Path]:
+    """The state's files, without those a task was still writing when the query stopped: Spark writes
+    `.<name>.<uuid>.tmp` (and its checksum) and renames it when whole, so such a file is not damage."""
+    found = (checkpoint / "state").rglob(pattern)
+    return sorted(path for path in found if path.is_file() and not (path.name.startswith(".") and ".tmp" in path.name))
 
 
 def held_format_version(checkpoint: Path, batch: int | None = None) -> int | None:

@@ -52,8 +52,14 @@ def source_offsets(checkpoint: Path, batch: int) -> list[str]:
 
 
 def query_id(checkpoint: Path) -> str:
-    """The query id the checkpoint's `metadata` file holds."""
-    return str(json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"])
+    """The query id the checkpoint's `metadata` file holds; CheckpointUnreadable for a half-written one."""
+    metadata = checkpoint / "metadata"
+    try:
+        return str(json.loads(metadata.read_text(encoding="utf-8").splitlines()[0])["id"])
+    except (IndexError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
+        raise CheckpointUnreadable(
+            f"{metadata}: not a Spark checkpoint metadata file (the query id); {RESTORE_OR_RESTART}"
+        ) from None
 
 
 def _offsets_metadata(path: Path) -> dict:
@@ -91,14 +97,8 @@ def check_log_files(checkpoint: Path) -> None:
     """Damage Spark reports badly or not at all, found before it starts: a half-written `metadata`
     (a Java stack trace otherwise), and a log entry's checksum file left without the entry (Spark
     then claims another query uses the checkpoint)."""
-    metadata = checkpoint / "metadata"
-    if metadata.is_file():
-        try:
-            json.loads(metadata.read_text(encoding="utf-8").splitlines()[0])["id"]
-        except (IndexError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
-            raise CheckpointUnreadable(
-                f"{metadata}: not a Spark checkpoint metadata file (the query id); {RESTORE_OR_RESTART}"
-            ) from None
+    if (checkpoint / "metadata").is_file():
+        query_id(checkpoint)
     newest_commit = highest_numbered(checkpoint / "commits")
     if newest_commit is not None:
         lines = newest_commit.read_text(encoding="utf-8", errors="replace").splitlines()

@@ -15,7 +15,8 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import types
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -25,6 +26,7 @@ import yaml
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from stream_job.machinery import commands
+from stream_job.machinery.core.contract import user_query
 from stream_job.machinery.core.durations import parse_duration
 from stream_job.machinery.core.settings import ENV_PREFIX, Settings, load_settings
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
@@ -105,23 +107,53 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", marker)
 
 
+PACKAGE_DIR = next(path.parent for path in PROJECT_DIR.glob("*/query.py"))
+
+
+def edited_source(module: str, edits: Mapping[str, str]) -> str:
+    """The text of the package's module (query.py, or another of the user's, such as custom_state's
+    sessions.py) with edits: old -> new text, each found exactly once."""
+    path = PACKAGE_DIR / module
+    text = path.read_text()
+    for old, new in edits.items():
+        assert text.count(old) == 1, f"{old!r} is not in {path} exactly once"
+        text = text.replace(old, new)
+    return text
+
+
 def project_copy(folder: Path, query_edits: dict[str, str], module: str = "query.py") -> Path:
     """The project (main.py and its package) copied into folder, with its query.py (or another module
-    of the user's, such as custom_state's sessions.py) edited: old -> new text, each found exactly
-    once. A user's code change, made for real, on a copy."""
+    of the user's) edited: a user's code change, made for real, on a copy, for a proof whose subject is
+    a process (a SIGKILL, a fresh JVM); edited_query runs the change in this process."""
     import shutil
 
-    package = next(path.parent for path in PROJECT_DIR.glob("*/query.py"))
     project = folder / "project"
-    shutil.copytree(package, project / package.name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(PACKAGE_DIR, project / PACKAGE_DIR.name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(PROJECT_DIR / "main.py", project)
-    query = project / package.name / module
-    text = query.read_text()
-    for old, new in query_edits.items():
-        assert text.count(old) == 1, f"{old!r} is not in {query} exactly once"
-        text = text.replace(old, new)
-    query.write_text(text)
+    (project / PACKAGE_DIR.name / module).write_text(edited_source(module, query_edits))
     return project
+
+
+@contextlib.contextmanager
+def edited_query(query_edits: Mapping[str, str]) -> Iterator[None]:
+    """For the block, this process's commands (run_cli, run_main) and the machinery run the package's
+    query.py with edits (as project_copy makes them), on the shared session: the module is compiled
+    from the edited text under its own name, and the contract's cached module dropped before and after."""
+    name = f"{PACKAGE_DIR.name}.query"
+    module = types.ModuleType(name)
+    module.__file__ = str(PACKAGE_DIR / "query.py")
+    module.__package__ = PACKAGE_DIR.name
+    saved, package = sys.modules[name], sys.modules[PACKAGE_DIR.name]
+    sys.modules[name] = module
+    package.query = module  # type: ignore[attr-defined]
+    user_query.cache_clear()
+    try:
+        exec(compile(edited_source("query.py", query_edits), module.__file__, "exec"), module.__dict__)
+        yield
+    finally:
+        sys.modules[name] = saved
+        package.query = saved  # type: ignore[attr-defined]
+        user_query.cache_clear()
 
 
 def jvm_free(stderr: str) -> str:

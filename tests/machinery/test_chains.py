@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -22,20 +23,24 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
+from stream_job.machinery.core.plan_operators import flow_order
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
+from stream_job.machinery.job.query_plan import read_plan
+from stream_job.machinery.job.runner import build_result, run_query
+from stream_job.machinery.job.session import apply_confs
 
 from .conftest import (
     BAKED_OPERATOR,
     DEFAULT_OPERATOR,
-    clean_env,
     committed_batches,
     deep_merge,
     digest,
+    edited_query,
     project_copy,
     read_events_batch,
+    run_cli,
     run_main,
-    run_python,
     session_expectation,
     start_job,
     write_settings_file,
@@ -163,13 +168,13 @@ PARAMS = [
 ]
 
 
-# The crash of a chain: deduplication-then-count (a starter) and the custom_state chain prove that a
-# SIGKILL loses and repeats nothing across two operators, as each operator's own crash in its bake does
-# for one; the other chains' crashes repeat that proof (secondary: make test-all runs them), their
-# estimates below stay in CI.
+# The crash of a chain: deduplication-then-count (a starter) proves that a SIGKILL loses and repeats
+# nothing across two operators, as each operator's own crash in its bake (custom_state's included)
+# does for one; the other chains' crashes repeat that proof (secondary: make test-all runs them),
+# their estimates below stay in CI.
 CRASH_PARAMS = [
     pytest.param(*param.values, marks=[*param.marks, pytest.mark.secondary], id=param.id)
-    if param.id in ("join-then-count", "count-then-count", "static-join-then-count")
+    if param.id != "deduplication-then-count"
     else param
     for param in PARAMS
 ]
@@ -180,12 +185,15 @@ def at_home(name: str) -> None:
         pytest.skip(f"the {HOME[name]} bake runs it")
 
 
-def chained_project(folder: Path, chain: Chain) -> Path:
-    """The project copied, its query.py with the chain's stateful_query in place of the starter's, and
-    without the starter's OPERATOR label."""
-    return project_copy(
-        folder, {f'OPERATOR = "{BAKED_OPERATOR}"\n': "", "\n\ndef _iso(": f"\n\n{chain.code}\n\ndef _iso("}
-    )
+def chained(chain: Chain) -> dict[str, str]:
+    """The edits of query.py that put the chain's stateful_query in place of the starter's, without the
+    starter's OPERATOR label."""
+    return {f'OPERATOR = "{BAKED_OPERATOR}"\n': "", "\n\ndef _iso(": f"\n\n{chain.code}\n\ndef _iso("}
+
+
+def replaced(code: str) -> dict[str, str]:
+    """The edit of query.py that adds code (a stateful_query of its own, which wins) before _iso."""
+    return {"\n\ndef _iso(": f"\n\n{code}\n\ndef _iso("}
 
 
 def add_files(landing: Path, chain: Chain, files: int, join_landing: Path | None) -> None:
@@ -283,24 +291,27 @@ def batch_oracle(spark: SparkSession, name: str, folder: Path) -> DataFrame:
 def test_a_chain_restarts_survives_sigkill_and_equals_the_batch_job(spark, tmp_path, name):
     at_home(name)
     chain = CHAINS[name]
-    project = chained_project(tmp_path, chain)
     changes = chain_settings(tmp_path, chain)
     path = write_settings_file(tmp_path / "settings.yaml", changes)
     landing, join_landing = tmp_path / "landing", (tmp_path / "landing-join" if chain.two_inputs else None)
     checkpoint = tmp_path / "checkpoint"
 
     add_files(landing, chain, 3, join_landing)
-    first = run_python("main.py", "--settings", str(path), env=clean_env(), cwd=project)
+    # The runs in-process, with the chain as the query (edited_query); the one killed, a process of the
+    # project copied with the same query.
+    with edited_query(chained(chain)):
+        first = run_main("--settings", str(path))
     assert first.returncode == 0, first.stderr[-3000:]
     # No label, so no remark: the plan's operators are simply the ones that run.
     assert "query: the plan runs" not in first.stdout
 
     add_files(landing, chain, 3, join_landing)
     with open(tmp_path / "killed-run.log", "w") as log:
-        process = start_job(path, log, cwd=project)
+        process = start_job(path, log, cwd=project_copy(tmp_path, chained(chain)))
         in_flight = kill_mid_batch(process, checkpoint)
     assert in_flight not in committed_batches(checkpoint)
-    restart = run_python("main.py", "--settings", str(path), env=clean_env(), cwd=project)
+    with edited_query(chained(chain)):
+        restart = run_main("--settings", str(path))
     assert restart.returncode == 0, restart.stderr[-3000:]
     assert f"batch {in_flight}:" in restart.stdout
 
@@ -312,49 +323,46 @@ def test_a_chain_restarts_survives_sigkill_and_equals_the_batch_job(spark, tmp_p
     assert len(held) == len(chain.operators)
 
     if name == "deduplication-then-count":
-        # inspect reads both operators' state, each beside its own estimate.
-        inspect = run_python(
-            "-m", "stream_job", "inspect", "--settings", str(path), "--json", env=clean_env(), cwd=project
-        )
-        assert inspect.returncode == 0, inspect.stderr[-3000:]
-        report = json.loads(inspect.stdout)
-        assert [operator["operator"] for operator in report["operators"]] == ["windowed_aggregation", "deduplication"]
-        by_id = {entry["operator_id"]: entry["operator"] for entry in report["estimate"]["operators"]}
-        assert by_id == {0: "windowed_aggregation", 1: "deduplication"}
-        rows_before = {operator["operator"]: operator["state_rows"] for operator in report["operators"]}
-        # inspect --key finds a key in both operators' stores, each named, with both operators' rules.
-        found = run_python(
-            "-m", "stream_job", "inspect", "--settings", str(path), "--key", "key-1", "--json",
-            env=clean_env(), cwd=project,
-        )  # fmt: skip
-        assert found.returncode == 0, found.stderr[-3000:]
-        lookup = json.loads(found.stdout)
-        assert {row["operator"] for row in lookup["rows"]} == {"windowed_aggregation"}  # ids are events' own
-        assert "windowed_aggregation: a (key, window) row stays" in lookup["why"]
-        # repartition moves both operators' state into 4 partitions, row for row.
-        four = write_settings_file(tmp_path / "four.yaml", deep_merge(changes, {"spark": {"shuffle_partitions": 4}}))
-        moved = run_python("-m", "stream_job", "repartition", "--settings", str(four), env=clean_env(), cwd=project)
-        assert moved.returncode == 0, moved.stderr[-3000:]
-        after = run_python(
-            "-m", "stream_job", "inspect", "--settings", str(four), "--json", env=clean_env(), cwd=project
-        )
-        report = json.loads(after.stdout)
-        assert {operator["operator"]: operator["state_rows"] for operator in report["operators"]} == rows_before
-        assert {operator["partitions"] for operator in report["operators"]} == {4}
-        # Calibration measures the whole query and sizes both operators with its figure.
-        calibrated = run_python(
-            "-m", "stream_job", "estimate", "--calibrate", "--calibrate-events", "200", "--settings", str(four),
-            "--json", env=clean_env(), cwd=project,
-        )  # fmt: skip
-        assert calibrated.returncode == 0, calibrated.stderr[-3000:]
-        sizing = json.loads(calibrated.stdout)
-        assert [part["operator"] for part in sizing["operators"]] == ["deduplication", "windowed_aggregation"]
-        measured = sizing["calibration"]["bytes_per_row"]
-        assert {part["measured_bytes_per_row"] for part in sizing["operators"]} == {measured}
-        path = four
+        with edited_query(chained(chain)):
+            # inspect reads both operators' state, each beside its own estimate.
+            inspect = run_cli("inspect", "--settings", str(path), "--json")
+            assert inspect.returncode == 0, inspect.stderr[-3000:]
+            report = json.loads(inspect.stdout)
+            assert [operator["operator"] for operator in report["operators"]] == [
+                "windowed_aggregation",
+                "deduplication",
+            ]
+            by_id = {entry["operator_id"]: entry["operator"] for entry in report["estimate"]["operators"]}
+            assert by_id == {0: "windowed_aggregation", 1: "deduplication"}
+            rows_before = {operator["operator"]: operator["state_rows"] for operator in report["operators"]}
+            # inspect --key finds a key in both operators' stores, each named, with both operators' rules.
+            found = run_cli("inspect", "--settings", str(path), "--key", "key-1", "--json")
+            assert found.returncode == 0, found.stderr[-3000:]
+            lookup = json.loads(found.stdout)
+            assert {row["operator"] for row in lookup["rows"]} == {"windowed_aggregation"}  # ids are events' own
+            assert "windowed_aggregation: a (key, window) row stays" in lookup["why"]
+            # repartition moves both operators' state into 4 partitions, row for row.
+            four = write_settings_file(
+                tmp_path / "four.yaml", deep_merge(changes, {"spark": {"shuffle_partitions": 4}})
+            )
+            moved = run_cli("repartition", "--settings", str(four))
+            assert moved.returncode == 0, moved.stderr[-3000:]
+            after = run_cli("inspect", "--settings", str(four), "--json")
+            report = json.loads(after.stdout)
+            assert {operator["operator"]: operator["state_rows"] for operator in report["operators"]} == rows_before
+            assert {operator["partitions"] for operator in report["operators"]} == {4}
+            # Calibration measures the whole query and sizes both operators with its figure.
+            calibrated = run_cli(
+                "estimate", "--calibrate", "--calibrate-events", "200", "--settings", str(four), "--json"
+            )
+            assert calibrated.returncode == 0, calibrated.stderr[-3000:]
+            sizing = json.loads(calibrated.stdout)
+            assert [part["operator"] for part in sizing["operators"]] == ["deduplication", "windowed_aggregation"]
+            measured = sizing["calibration"]["bytes_per_row"]
+            assert {part["measured_bytes_per_row"] for part in sizing["operators"]} == {measured}
         # The bake's own query is the count alone: the deduplication removed, refused with both lists.
         before = digest(checkpoint), digest(tmp_path / "output")
-        refused = run_main("--settings", str(path))
+        refused = run_main("--settings", str(four))
         assert refused.returncode == 4, refused.stderr
         assert refused.stderr.splitlines()[-1] == (
             f"checkpoint error: the query's stateful operators changed: the checkpoint {checkpoint} holds the"
@@ -375,39 +383,14 @@ def _state_metadata(checkpoint: Path) -> list[dict]:
 # The estimate against Spark at steady state, per operator of the chain: the rate-micro-batch
 # source, 400 events per second of event time (200 keys; a key per event for the join), a 6 s
 # watermark, 3 s windows, ranges and timeouts, 36 batches (as test_state_rows).
-STEADY = """
-import json, statistics, sys
-from stream_job.machinery.job.runner import build_result, run_query
-from stream_job.machinery.core.plan_operators import flow_order
-from stream_job.machinery.job.query_plan import read_plan
-from stream_job.machinery.job.session import apply_confs, local_session
-from stream_job.machinery.core.settings import load_settings
-
-settings = load_settings(sys.argv[1])
-spark = local_session("chain-rows", {})
-apply_confs(spark, settings)
-plan = read_plan(build_result(spark, settings))
-query = run_query(spark, settings, max_batches=36)
-# The ten batches before the 36th: the state of a count of closed windows swings with the phase of its
-# window, so the span measured stays where the estimate was checked (a stop may run a batch or two more).
-progress = [p for p in query.recentProgress if p["stateOperators"] and int(p["batchId"]) < 36]
-settled = [p["stateOperators"] for p in progress][-10:]
-by_id = [statistics.median(p[number]["numRowsTotal"] for p in settled) for number in range(len(plan))]
-estimate = settings.sizing(plan, trigger="1 second")
-print(json.dumps({
-    "operators": [operator.kind for operator in flow_order(plan)],
-    "spark": list(reversed(by_id)),
-    "estimate": [part.rows for part in estimate.operators],
-}))
-"""
+STEADY_BATCHES = 36
 ROWS_TOLERANCE = 0.25
 
 
 @pytest.mark.parametrize("name", PARAMS)
-def test_each_operator_of_a_chain_is_estimated_as_spark_keeps_it(tmp_path, name):
+def test_each_operator_of_a_chain_is_estimated_as_spark_keeps_it(spark, tmp_path, name):
     at_home(name)
     chain = CHAINS[name]
-    project = chained_project(tmp_path, chain)
     keys = 10**9 if chain.two_inputs else 200
     rate = {"type": "rate", "rate": {"rows_per_batch": 400, "advance_per_batch": "1 second", "keys": keys}}
     changes = deep_merge(
@@ -432,9 +415,22 @@ def test_each_operator_of_a_chain_is_estimated_as_spark_keeps_it(tmp_path, name)
         },
     )
     path = write_settings_file(tmp_path / "settings.yaml", changes)
-    result = run_python("-c", STEADY, str(path), env=clean_env(), cwd=project, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    with edited_query(chained(chain)):
+        settings = load_settings(path)
+        apply_confs(spark, settings)
+        plan = read_plan(build_result(spark, settings))
+        query = run_query(spark, settings, max_batches=STEADY_BATCHES)
+    # The ten batches before the 36th: the state of a count of closed windows swings with the phase of its
+    # window, so the span measured stays where the estimate was checked (a stop may run a batch or two more).
+    progress = [p for p in query.recentProgress if p["stateOperators"] and int(p["batchId"]) < STEADY_BATCHES]
+    settled = [p["stateOperators"] for p in progress][-10:]
+    by_id = [statistics.median(p[number]["numRowsTotal"] for p in settled) for number in range(len(plan))]
+    estimate = settings.sizing(plan, trigger="1 second")
+    figures = {
+        "operators": [operator.kind for operator in flow_order(plan)],
+        "spark": list(reversed(by_id)),
+        "estimate": [part.rows for part in estimate.operators],
+    }
     print(name, figures)
     assert figures["operators"] == list(chain.operators)
     for operator, measured, estimated in zip(chain.operators, figures["spark"], figures["estimate"], strict=True):
@@ -449,13 +445,12 @@ def stateful_query(events, query, join_events=None):
 
 
 def test_a_query_spark_refuses_is_one_line_naming_sparks_rule(tmp_path):
-    project = project_copy(tmp_path, {"\n\ndef _iso(": f"\n\n{UNBOUNDED_COUNTS}\n\ndef _iso("})
     landing = tmp_path / "landing"
     add_files(landing, CHAINS["count-then-count"], 1, None)
     path = write_settings_file(tmp_path / "settings.yaml", chain_settings(tmp_path, CHAINS["count-then-count"]))
-    run = run_python("main.py", "--settings", str(path), env=clean_env(), cwd=project)
+    with edited_query(replaced(UNBOUNDED_COUNTS)):
+        run = run_main("--settings", str(path))
     assert run.returncode == 2, run.stderr[-3000:]
-    # The copy has no log4j2.properties, so Spark's own log lines come first on stderr; no traceback.
     line = run.stderr.splitlines()[-1]
     assert "Traceback" not in run.stderr
     assert line.startswith("query error: Spark refuses the query of stream_job.query: [")
@@ -476,11 +471,11 @@ def stateful_query(events, query, join_events=None):
 
 def test_a_second_watermark_after_a_stateful_operator_is_refused_before_the_first_batch(tmp_path):
     # Spark itself runs this query and fails its first batch ("Redefining watermark is disallowed").
-    project = project_copy(tmp_path, {"\n\ndef _iso(": f"\n\n{WATERMARK_TWICE}\n\ndef _iso("})
     add_files(tmp_path / "landing", CHAINS["count-then-count"], 1, None)
     path = write_settings_file(tmp_path / "settings.yaml", chain_settings(tmp_path, CHAINS["count-then-count"]))
-    for command in (["main.py"], ["-m", "stream_job", "estimate"]):
-        run = run_python(*command, "--settings", str(path), env=clean_env(), cwd=project)
+    for command in ("run", "estimate"):
+        with edited_query(replaced(WATERMARK_TWICE)):
+            run = run_cli(command, "--settings", str(path))
         assert run.returncode == 2, run.stderr[-3000:]
         assert run.stderr.splitlines()[-1] == (
             "query error: Spark refuses the query of stream_job.query: it sets a watermark (withWatermark) after a"
@@ -507,13 +502,13 @@ def stateful_query(events, query, join_events=None):
     ("code", "said"), [(UNSIZED, "unsized"), (STATELESS, "stateless")], ids=["unsized", "stateless"]
 )
 def test_a_query_the_estimate_cannot_size_runs_and_says_so(tmp_path, code, said):
-    project = project_copy(tmp_path, {"\n\ndef _iso(": f"\n\n{code}\n\ndef _iso("})
     add_files(tmp_path / "landing", CHAINS["count-then-count"], 2, None)
     path = write_settings_file(tmp_path / "settings.yaml", chain_settings(tmp_path, CHAINS["count-then-count"]))
-    run = run_python("main.py", "--settings", str(path), env=clean_env(), cwd=project)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert committed_batches(tmp_path / "checkpoint") == [0, 1]
-    estimate = run_python("-m", "stream_job", "estimate", "--settings", str(path), env=clean_env(), cwd=project)
+    with edited_query(replaced(code)):
+        run = run_main("--settings", str(path))
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert committed_batches(tmp_path / "checkpoint") == [0, 1]
+        estimate = run_cli("estimate", "--settings", str(path))
     assert estimate.returncode == 0, estimate.stderr[-3000:]
     if said == "unsized":
         line = (

@@ -14,15 +14,13 @@ from stream_job.machinery.job.session import apply_confs
 from .conftest import (
     ANY_PROVIDER,
     BAKED_OPERATOR,
-    clean_env,
     deep_merge,
     digest,
+    edited_query,
     files_job,
     jvm_free,
-    project_copy,
     run_cli,
     run_main,
-    run_python,
     write_settings_file,
 )
 
@@ -155,11 +153,11 @@ def test_an_operator_removed_in_the_code_is_refused_with_both_lists_and_nothing_
     if BAKED_OPERATOR == "custom_state":
         assert (checkpoint / "state" / "0" / "_metadata" / "v2").is_dir()
     before = digest(checkpoint), digest(tmp_path / "output")
-    project = project_copy(tmp_path, {"def _iso(": STATELESS.lstrip("\n") + "\n\ndef _iso("})
     path = write_settings_file(tmp_path / "same.yaml", changes)
 
-    for command in (["main.py"], ["-m", "stream_job", "check"]):
-        run = run_python(*command, "--settings", str(path), env=clean_env(), cwd=project)
+    for command in ("run", "check"):
+        with edited_query({"def _iso(": STATELESS.lstrip("\n") + "\n\ndef _iso("}):
+            run = run_cli(command, "--settings", str(path))
         assert run.returncode == 4, run.stderr
         # OPERATOR still names the starter's operator: the plan decides.
         assert run.stderr.splitlines()[-1] == (

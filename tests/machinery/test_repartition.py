@@ -298,7 +298,8 @@ def _kill_at(step: str, process, checkpoint: Path, output: Path, batch: int) -> 
     return None
 
 
-@pytest.mark.operator
+# The steps and the kills are the same for every operator's state (the rewrite of each operator's
+# state is test_repartition_4_to_8_and_back_keeps_the_output_exact's, in every bake): the default bake only.
 def test_a_repartition_killed_at_any_step_leaves_the_old_or_the_new_checkpoint(
     spark, make_settings, write_settings, tmp_path
 ):

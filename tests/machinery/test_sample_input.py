@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 
-from .conftest import BAKED_OPERATOR, clean_env, operator_changes, project_copy, run_cli, run_python
+from .conftest import BAKED_OPERATOR, edited_query, operator_changes, run_cli, run_main, run_python
 
 
 def test_files_hold_ordered_events_and_arrive_in_order(tmp_path):
@@ -125,13 +125,12 @@ SCHEMA_ONLY = "\n\ndel OPERATOR, events_from_rate, sample_event\n"
 
 @pytest.mark.streaming
 def test_without_sample_event_and_events_from_rate_events_are_made_from_the_schema(write_settings, tmp_path):
-    project = project_copy(tmp_path, {"\n\ndef _iso(": f"{SCHEMA_ONLY}\n\ndef _iso("})
     landing = tmp_path / "landing"
     path = write_settings({"source": {"files": {"path": str(landing)}}, "query": {"watermark": "5 minutes"}})
-    result = run_python(
-        "-m", "stream_job", "sample-input", "--settings", str(path), "--files", "1", "--events-per-file", "2",
-        "--keys", "3", env=clean_env(), cwd=project,
-    )  # fmt: skip
+    with edited_query({"\n\ndef _iso(": f"{SCHEMA_ONLY}\n\ndef _iso("}):
+        result = run_cli(
+            "sample-input", "--settings", str(path), "--files", "1", "--events-per-file", "2", "--keys", "3"
+        )
     assert (result.returncode, result.stderr) == (0, "")
     assert [json.loads(line) for line in (landing / "events-00000.json").read_text().splitlines()] == [
         {"event_id": "evt-0", "key": "key-0", "event_time": "2026-01-01T00:00:00.000000Z"},
@@ -145,9 +144,7 @@ def test_without_sample_event_and_events_from_rate_events_are_made_from_the_sche
         "query": {"checkpoint_location": str(tmp_path / "checkpoint"), "trigger": "1 second"},
         "spark": {"shuffle_partitions": 2},  # not the bake's 200: each batch would run 100 waves of tasks
     }
-    run = run_python(
-        "main.py", "--settings", str(write_settings(changes, name="rate.yaml")), "--max-batches", "3",
-        env=clean_env(), cwd=project,
-    )  # fmt: skip
+    with edited_query({"\n\ndef _iso(": f"{SCHEMA_ONLY}\n\ndef _iso("}):
+        run = run_main("--settings", str(write_settings(changes, name="rate.yaml")), "--max-batches", "3")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "batch 2: 100 input rows" in run.stdout

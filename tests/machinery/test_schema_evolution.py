@@ -24,6 +24,7 @@ from .conftest import (
     clean_env,
     committed_batches,
     digest,
+    edited_query,
     files_job,
     project_copy,
     run_cli,
@@ -69,9 +70,10 @@ def first_run(
     return path, changes, waiting
 
 
-def edited(folder: Path, edits: dict[str, str], module: str = "sessions.py") -> Path:
-    """The project with a module edited, as a user would, and its log configuration (a quiet console)."""
-    project = project_copy(folder, edits, module=module)
+def edited(folder: Path, edits: dict[str, str]) -> Path:
+    """The project with its sessions.py edited, as a user would, and its log configuration (a quiet console):
+    a copy run in processes, since Spark's Python workers import the processor from the files."""
+    project = project_copy(folder, edits, module="sessions.py")
     shutil.copy(PROJECT_DIR / "log4j2.properties", project)
     return project
 
@@ -169,8 +171,8 @@ def test_an_aggregation_gaining_a_column_is_refused_by_spark_with_the_way_on(wri
     committed, state = committed_batches(checkpoint), digest(checkpoint / "state")
     for file in waiting:
         file.rename(Path(changes["source"]["files"]["path"]) / file.name)
-    project = edited(tmp_path / "more", MORE_AGGREGATES, module="query.py")
-    started = run_python("main.py", "--settings", str(path), env=clean_env(), cwd=project)
+    with edited_query(MORE_AGGREGATES):
+        started = run_main("--settings", str(path))
     assert started.returncode == 1, started.stderr[-3000:]
     assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in started.stderr
     assert (

@@ -12,7 +12,7 @@ from stream_job.machinery.job.runner import build_result, run_query
 from stream_job.machinery.job.session import apply_confs
 from stream_job.machinery.job.state_key import StateKeyChanged, check_state_key, state_keys
 
-from .conftest import BAKED_OPERATOR, clean_env, digest, files_job, project_copy, run_python, write_settings_file
+from .conftest import BAKED_OPERATOR, digest, edited_query, files_job, run_main, write_settings_file
 
 pytestmark = pytest.mark.streaming
 
@@ -53,10 +53,10 @@ def test_a_grouping_key_changed_in_the_code_is_refused_and_nothing_is_touched(sp
     # The project, copied, with the aggregation grouped by event_id named key. Both are strings, so
     # Spark's own schema check lets this through and reads the old counts under the new key.
     original = '.groupBy(F.window("event_time", query.window).alias("window"), "key")'
-    project = project_copy(tmp_path, {original: original.replace('"key")', 'F.col("event_id").alias("key"))')})
     before = digest(tmp_path / "checkpoint"), digest(tmp_path / "output")
 
-    run = run_python("main.py", "--settings", str(settings_path), env=clean_env(), cwd=project)
+    with edited_query({original: original.replace('"key")', 'F.col("event_id").alias("key"))')}):
+        run = run_main("--settings", str(settings_path))
     assert run.returncode == 4, run.stderr
     assert run.stderr.splitlines()[-1] == (
         f"checkpoint error: the state key changed: the state in this checkpoint was written keyed by aggregation by"

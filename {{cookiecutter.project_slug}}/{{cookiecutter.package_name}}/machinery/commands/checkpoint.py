@@ -97,7 +97,8 @@ def _plan_drift(settings: Settings) -> tuple[str | None, str, list[str]]:
 def cmd_inspect(args: argparse.Namespace) -> int:
     settings = None if args.checkpoint else load_settings(args.settings or DEFAULT_SETTINGS_FILE)
     location = args.checkpoint if settings is None else settings.query.checkpoint_location
-    from ..operations.inspection import checkpoint_facts, inspect_checkpoint, reader_confs, render
+    from ..operations.inspection import checkpoint_facts, inspect_checkpoint, render
+    from ..operations.state_reader import reader_confs
 
     facts = checkpoint_facts(location, args.batch_id)  # what can be checked before Spark starts
     from ..job.query_plan import planned_operators
@@ -122,7 +123,8 @@ def _inspect_key(spark, location: str, facts: tuple[int | None, str], args: argp
     """inspect --key, or --changes: the reads of the state over the kept batches."""
     from ..core.checkpoint.files import RESTORE_OR_RESTART, CheckpointUnreadable
     from ..operations import change_counts, key_lookup
-    from ..operations.inspection import spark_errors, spark_message, state_metadata
+    from ..operations.inspection import state_metadata
+    from ..operations.state_reader import spark_errors, spark_message
 
     metadata, batch = state_metadata(spark, location, facts, args.batch_id)
     try:

@@ -67,7 +67,8 @@ def cmd_repartition(args: argparse.Namespace) -> int:
         flush=True,
     )
     from ..job.session import job_session
-    from ..operations.inspection import READER_CONFS, inspect_checkpoint
+    from ..operations.inspection import inspect_checkpoint
+    from ..operations.state_reader import READER_CONFS
 
     pinned_session = job_session(as_pinned, with_connectors=chosen.finish_first, also=READER_CONFS)
     with holding(location, "the repartition"), pinned_session as spark:
@@ -143,7 +144,7 @@ def _finish_last_batch(spark, settings: Settings, chosen: Plan) -> Plan:
 
     batch = chosen.last_batch
     print(f"repartition: running batch {batch}, which the job left unfinished, on its recorded input", flush=True)
-    from ..operations.inspection import spark_errors, spark_message
+    from ..operations.state_reader import spark_errors, spark_message
 
     try:
         start_query(build_result(spark, settings), settings.sink, settings.query, one_batch=True).awaitTermination()

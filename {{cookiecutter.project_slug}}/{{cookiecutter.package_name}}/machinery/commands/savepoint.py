@@ -75,7 +75,7 @@ def state_reader() -> Iterator[Any]:
         def session():
             if not started:
                 from ..job.session import tool_session
-                from ..operations.inspection import READER_CONFS
+                from ..operations.state_reader import READER_CONFS
 
                 started.append(stack.enter_context(tool_session("savepoint", READER_CONFS)))
             return started[0]

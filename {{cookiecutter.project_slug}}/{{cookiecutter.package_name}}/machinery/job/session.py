@@ -104,8 +104,11 @@ def _text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def build_session(settings: Settings, with_connectors: bool = True) -> SparkSession:
-    """The job's SparkSession, configured from settings (without connector JARs for reading output)."""
+def build_session(
+    settings: Settings, with_connectors: bool = True, also: Mapping[str, str] | None = None
+) -> SparkSession:
+    """The job's SparkSession, configured from settings (without connector JARs for reading output), with
+    the confs `also` beside them."""
     require_java()
     builder = SparkSession.builder.appName(settings.spark.app_name)
     # spark-submit always decides the master (its default is local[*]); settings apply to `python main.py`.
@@ -114,7 +117,7 @@ def build_session(settings: Settings, with_connectors: bool = True) -> SparkSess
         # Python workers (custom_state runs Python per key) use this interpreter and its packages,
         # not whichever python3 comes first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    confs = spark_confs(settings)
+    confs = {**spark_confs(settings), **(also or {})}
     if with_connectors:
         confs.update(static_confs(settings, launched_by_spark_submit()))
     confs.update(secret_confs(settings))
@@ -135,7 +138,7 @@ def job_session(
 ) -> Iterator[SparkSession]:
     """The session a command runs the job's work on, with the runtime confs `also` set too: see `_own_or_shared`."""
     confs = {**spark_confs(settings), **(also or {})}
-    with _own_or_shared(lambda: build_session(settings, with_connectors), confs) as spark:
+    with _own_or_shared(lambda: build_session(settings, with_connectors, also), confs) as spark:
         yield spark
 
 
@@ -148,16 +151,15 @@ def tool_session(app_name: str, confs: dict[str, str]) -> Iterator[SparkSession]
 
 @contextmanager
 def _own_or_shared(start: Callable[[], SparkSession], confs: Mapping[str, str]) -> Iterator[SparkSession]:
-    """A session of the command's own, stopped when it ends; or, where this process runs one already (a
-    test's shared session, a notebook's), that one, left running, with the confs' runtime SQL part set
-    for the command's time and put back after (the others are fixed when a session starts)."""
+    """A session of the command's own, started with the confs and stopped when it ends; or, where this
+    process runs one already (a test's shared session, a notebook's), that one, left running, with the
+    confs' runtime SQL part set for the command's time and put back after (the others are fixed when a
+    session starts)."""
     runtime = {key: value for key, value in confs.items() if key.startswith("spark.sql.")}
     active = SparkSession.getActiveSession()
     if active is None:
         spark = start()
         try:
-            for key, value in runtime.items():
-                spark.conf.set(key, value)
             yield spark
         finally:
             spark.stop()

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -235,6 +235,44 @@ def batch_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
             yield event
 
 
+def follow_run(
+    command: list[str],
+    env: dict[str, str],
+    log_path: Path,
+    stop: Callable[[list[dict[str, Any]]], str | None],
+    cpus: set[int] | None = None,
+) -> tuple[int, list[dict[str, Any]]]:
+    """The job run as a process of its own (on `cpus` when given), stderr into log_path, its batches'
+    progress events read as they come: after each, stop(events so far) may answer "after" (SIGTERM: the
+    job stops at the batch boundary, its last events still read) or "now" (SIGTERM, nothing more read).
+    Its exit code and the events read."""
+    events: list[dict[str, Any]] = []
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
+        )
+        try:
+            assert process.stdout is not None  # stdout=PIPE
+            for event in batch_events(process.stdout):
+                events.append(event)
+                decision = stop(events)
+                if decision is not None:
+                    process.send_signal(signal.SIGTERM)
+                    if decision == "now":
+                        break
+            process.wait()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return process.returncode, events
+
+
 def run_one(
     settings_path: Path,
     settings: Settings,
@@ -252,32 +290,21 @@ def run_one(
     command = [sys.executable, "-m", PACKAGE, "run", "--settings", str(settings_path.resolve())]
     command += ["--max-batches", str(warmup + batches + SPARE_BATCHES)]
     last = warmup + batches - 1
-    events = []
-    with open(folder / "job.log", "w") as log:
-        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
-        try:
-            assert process.stdout is not None  # stdout=PIPE
-            for event in batch_events(process.stdout):
-                events.append(event)
-                batch = event["batch_id"]
-                stage = "warm-up" if batch < warmup else f"{batch - warmup + 1}/{batches}" if batch <= last else "extra"
-                print(
-                    f"  {configuration}, {keys:,} keys, batch {stage}: {event['batch_duration_ms']:,} ms,"
-                    f" {event['state_rows']:,} state rows",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                if batch == last:
-                    process.send_signal(signal.SIGTERM)
-            process.wait()
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    if process.returncode != 0:
-        raise BenchRunFailed(
-            f"{configuration} with {keys:,} keys failed (exit {process.returncode}); see {folder / 'job.log'}"
+
+    def stop(events: list[dict[str, Any]]) -> str | None:
+        batch = events[-1]["batch_id"]
+        stage = "warm-up" if batch < warmup else f"{batch - warmup + 1}/{batches}" if batch <= last else "extra"
+        print(
+            f"  {configuration}, {keys:,} keys, batch {stage}: {events[-1]['batch_duration_ms']:,} ms,"
+            f" {events[-1]['state_rows']:,} state rows",
+            file=sys.stderr,
+            flush=True,
         )
+        return "after" if batch == last else None
+
+    returncode, events = follow_run(command, env, folder / "job.log", stop)
+    if returncode != 0:
+        raise BenchRunFailed(f"{configuration} with {keys:,} keys failed (exit {returncode}); see {folder / 'job.log'}")
     counted = [event for event in events if warmup <= event["batch_id"] <= last]
     if len(counted) < batches:
         raise BenchRunFailed(

@@ -7,9 +7,10 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint.files import local_checkpoint
-from .change_feed import CHANGES, FeedPlan, feed_plan, has_feed, read_feed
+from .change_feed import CHANGES, FeedPlan, feed_plan, read_feed
 from .inspection import InspectError, state_partitions
-from .key_lookup import operator_names, stores_of
+from .key_lookup import operator_names
+from .state_reader import has_feed, store_name, stores_of
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import SparkSession
@@ -52,7 +53,7 @@ def count_changes(spark: SparkSession, location: str, metadata: list[Any], batch
     for options in filter(has_feed, stores_of(metadata)):
         counts = _counts(spark, location, options, plan)
         operator_id = int(options["operatorId"])
-        store = options.get("storeName") or options["stateVarName"]
+        store = store_name(options)
         for changes in batches:
             puts, deletes = (counts.get((changes.batch_id, change), 0) for change in ("put", "delete"))
             changes.stores.append(StoreChanges(operator_id, names[operator_id], store, puts, deletes))

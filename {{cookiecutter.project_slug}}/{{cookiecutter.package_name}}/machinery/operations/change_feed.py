@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .inspection import spark_path
+from .state_reader import read_changes, spark_path
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import DataFrame, SparkSession
@@ -91,13 +91,6 @@ def _oldest_unbroken(versions: set[int], newest: int) -> int | None:
 
 def read_feed(spark: SparkSession, location: str, options: dict[str, str], plan: FeedPlan) -> DataFrame:
     """One store's (or state variable's) changes over the plan's batches."""
-    return (
-        spark.read.format("statestore")
-        .options(**options, readChangeFeed="true", changeStartBatchId=str(plan.first), changeEndBatchId=str(plan.last))
-        .load(spark_path(location))
-    )
-
-
-def has_feed(options: dict[str, str]) -> bool:
-    """Whether this store's change feed is read: not transformWithState's timers (see above)."""
-    return "readRegisteredTimers" not in options
+    if plan.first is None:
+        raise ValueError(f"no change feed to read: {plan.why_not}")
+    return read_changes(spark, location, options, plan.first, plan.last)

@@ -1,20 +1,13 @@
 """Read the state in a checkpoint back: rows per partition, skew, bytes on disk, retained batches.
 
-Spark 4 reads state with two batch data sources: `state-metadata` (one row per operator and
-store, with its partitions and the range of batches whose state is kept) and `statestore` (the
-rows of one store as of one batch, each with its partition). This module turns them into one
+Spark's state readers (state_reader.py) give one row per operator and store, with its partitions
+and the kept batches, and the rows of each store as of one batch. This module turns them into one
 report per operator, next to the files on disk and the capacity estimate of the settings. It only
 reads: the checkpoint is byte for byte the same afterwards.
 """
 
 from __future__ import annotations
 
-import atexit
-import json
-import os
-import re
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,44 +16,24 @@ from ..core.checkpoint.files import (
     RESTORE_OR_RESTART,
     CheckpointUnreadable,
     batch_metadata,
-    held_format_version,
     highest_numbered,
     latest_offsets,
     local_checkpoint,
 )
-from ..core.confs import INTEGRITY_CONFS, PARTITIONS_CONF, PROVIDER_CONF, provider_name
+from ..core.confs import PARTITIONS_CONF, PROVIDER_CONF, provider_name
 from ..core.operators import BY_SPARK_NAME
 from ..core.sizing import capacity
-from ..core.text import first_line
+from .state_reader import (
+    TIMERS,
+    counts_as_rows,
+    read_state_metadata,
+    read_store,
+    spark_errors,
+    spark_message,
+    store_name,
+    stores_of,
+)
 
-# Reading a RocksDB checkpoint from a session that runs no query fails in Spark 4.2 with "Cannot
-# find endpoint: StateStoreCoordinator" unless the snapshot-lag reports to the coordinator are off; the
-# forced snapshot upload that relies on those reports goes off with them, or a query run in the same
-# session (repartition --finish-last-batch) is refused.
-READER_CONFS = {
-    "spark.sql.streaming.stateStore.coordinatorReportSnapshotUploadLag": "false",
-    "spark.sql.streaming.stateStore.forceSnapshotUploadOnLag": "false",
-}
-
-
-def reader_confs(location: str) -> dict[str, str]:
-    """READER_CONFS, and the format version the checkpoint's state was written in: Spark's state
-    reader takes it from the session, and finds no file of format version 2 under version 1."""
-    checkpoint = local_checkpoint(location)
-    held = None if checkpoint is None else held_format_version(checkpoint)
-    return {**READER_CONFS, **({} if held is None else {INTEGRITY_CONFS["checkpoint_format_version"]: str(held)})}
-
-
-# A join keeps two stores per side: keyWithIndexToValue holds the rows (what Spark's progress
-# counts as state rows, and what the sizing formula estimates); keyToNumValues is an index.
-JOIN_INDEX_STORES = ("left-keyToNumValues", "right-keyToNumValues")
-# transformWithState keeps its timers beside the state variables; they are not counted as rows.
-TIMERS = "timers"
-# Spark's state readers and its repartition runner turn the checkpoint's path into a URI and parse it
-# again: a space, '#' or '%' comes back as %20, %23 or %25, and "no committed batch" is found. They
-# are handed a symbolic link to the checkpoint whose path has none of them.
-SPARK_SAFE_PATH = re.compile(r"[A-Za-z0-9/._+=,@:~-]*")
-_LINKS: dict[str, str] = {}  # link -> checkpoint
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import SparkSession
 
@@ -213,12 +186,7 @@ def state_metadata(
 ) -> tuple[list[Any], int]:
     """Spark's state-metadata rows of the checkpoint, and the batch to read (default: the last committed),
     checked against the batches whose state is kept."""
-    try:
-        metadata = spark.read.format("state-metadata").load(spark_path(location)).collect()
-    except spark_errors() as error:
-        raise CheckpointUnreadable(
-            f"{location}: Spark cannot read its state metadata: {spark_message(error)}"
-        ) from None
+    metadata = read_state_metadata(spark, location)
     if not metadata:
         raise InspectError(f"{location} holds no state: the query has no stateful operator, or no batch committed yet")
     last_committed, _ = facts
@@ -241,30 +209,6 @@ def state_partitions(checkpoint: Path | None, batch: int, in_metadata: int) -> i
     metadata = None if checkpoint is None else batch_metadata(checkpoint, batch)
     pinned = (metadata or {}).get("conf", {}).get(PARTITIONS_CONF)
     return int(pinned) if pinned is not None else in_metadata
-
-
-def spark_path(location: str) -> str:
-    """The checkpoint as Spark's state readers can take it: the location itself, or, for a local path
-    they would mangle, a symbolic link to it in a temporary folder (removed when this process ends)."""
-    local = local_checkpoint(location)
-    if local is None or SPARK_SAFE_PATH.fullmatch(str(local)):
-        return location
-    for link, checkpoint in _LINKS.items():
-        if checkpoint == str(local):
-            return link
-    folder = tempfile.mkdtemp(prefix="checkpoint-link-")
-    atexit.register(shutil.rmtree, folder, True)
-    link = os.path.join(folder, "checkpoint")
-    os.symlink(local, link)
-    _LINKS[link] = str(local)
-    return link
-
-
-def spark_errors() -> tuple[type[Exception], ...]:
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
-
-    return (PySparkException, Py4JJavaError)
 
 
 def checkpoint_facts(location: str, batch_id: int | None = None) -> tuple[int | None, str]:
@@ -291,32 +235,15 @@ def checkpoint_facts(location: str, batch_id: int | None = None) -> tuple[int | 
 
 
 def _read_stores(spark: SparkSession, location: str, batch: int, row, partitions: int) -> list[StoreRows]:
-    """The stores (or, for transformWithState, the state variables) that one metadata row stands for."""
-    base = {"operatorId": str(row.operatorId), "batchId": str(batch)}
-    if row.operatorName.startswith("transformWithState"):
-        properties = json.loads(row.operatorProperties or "{}")
-        names = [v["stateName"] for v in properties.get("stateVariables", []) if not v["stateName"].startswith("$")]
-        stores = [
-            StoreRows(name, True, _rows(spark, location, partitions, {**base, "stateVarName": name})) for name in names
-        ]
-        stores.append(
-            StoreRows(TIMERS, False, _rows(spark, location, partitions, {**base, "readRegisteredTimers": "true"}))
-        )
-        return stores
-    options = {**base, "storeName": row.stateStoreName}
-    return [
-        StoreRows(
-            row.stateStoreName, row.stateStoreName not in JOIN_INDEX_STORES, _rows(spark, location, partitions, options)
-        )
-    ]
-
-
-def _rows(spark: SparkSession, location: str, partitions: int, options: dict[str, str]) -> list[int]:
-    counts = [0] * partitions
-    state = spark.read.format("statestore").options(**options).load(spark_path(location))
-    for partition in state.groupBy("partition_id").count().collect():
-        counts[partition.partition_id] = partition["count"]
-    return counts
+    """The stores (or, for transformWithState, the state variables and timers) of one metadata row."""
+    stores = []
+    for options in stores_of([row]):
+        counts = [0] * partitions
+        state = read_store(spark, location, options, batch)
+        for partition in state.groupBy("partition_id").count().collect():
+            counts[partition.partition_id] = partition["count"]
+        stores.append(StoreRows(store_name(options), counts_as_rows(options), counts))
+    return stores
 
 
 def _disk_bytes(operator_folder: Path, partitions: int) -> list[int]:
@@ -380,22 +307,3 @@ def _comparison(inspection: Inspection) -> list[str]:
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
-
-
-def spark_message(error: Exception) -> str:
-    """The first line of Spark's error and of its root cause, without the Java stack."""
-    java = getattr(error, "java_exception", None)
-    if java is None:
-        return _unlinked(first_line(str(error)))
-    root = java
-    while root.getCause() is not None and root.getCause() != root:
-        root = root.getCause()
-    message = first_line(str(java.toString()))
-    return _unlinked(message if root == java else f"{message} (caused by {first_line(str(root.toString()))})")
-
-
-def _unlinked(message: str) -> str:
-    """Spark's message with the checkpoint's own path where it names a link of spark_path."""
-    for link, checkpoint in _LINKS.items():
-        message = message.replace(link, checkpoint)
-    return message

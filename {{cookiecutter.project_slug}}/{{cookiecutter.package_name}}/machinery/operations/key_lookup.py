@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint.files import batch_metadata, local_checkpoint
 from ..core.operators import BY_SPARK_NAME, operator
-from .change_feed import CHANGES, TIMERS_WITHOUT_FEED, FeedPlan, feed_plan, has_feed, read_feed
-from .inspection import spark_path, state_partitions
+from .change_feed import CHANGES, TIMERS_WITHOUT_FEED, FeedPlan, feed_plan, read_feed
+from .inspection import state_partitions
+from .state_reader import has_feed, read_store, store_name, stores_of
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import DataFrame, SparkSession
@@ -74,22 +75,6 @@ class KeyLookup:
 
     def to_dict(self) -> dict[str, object]:
         return {**asdict(self), "held": self.held}
-
-
-def stores_of(metadata: list[Any]) -> list[dict[str, str]]:
-    """The statestore options (without the batch) of every store, state variable and timer set."""
-    found = []
-    for row in metadata:
-        base = {"operatorId": str(row.operatorId)}
-        if row.operatorName.startswith("transformWithState"):
-            properties = json.loads(row.operatorProperties or "{}")
-            for variable in properties.get("stateVariables", []):
-                if not variable["stateName"].startswith("$"):
-                    found.append({**base, "stateVarName": variable["stateName"]})
-            found.append({**base, "readRegisteredTimers": "true"})
-        else:
-            found.append({**base, "storeName": row.stateStoreName})
-    return found
 
 
 def find_key(spark: SparkSession, location: str, metadata: list[Any], batch: int, key: str) -> KeyLookup:
@@ -148,8 +133,8 @@ def _rows_with_key(spark: SparkSession, location: str, metadata: list[Any], batc
     names = operator_names(metadata)
     rows = []
     for options in stores_of(metadata):
-        state = spark.read.format("statestore").options(**options, batchId=str(batch)).load(spark_path(location))
-        store = options.get("storeName") or options.get("stateVarName") or "timers"
+        state = read_store(spark, location, options, batch)
+        store = store_name(options)
         held_by = names[int(options["operatorId"])]
         for found in state.where(_matches(state, key)).collect():
             key_columns = found["key"].asDict(recursive=True)
@@ -167,7 +152,7 @@ def _history(spark: SparkSession, location: str, metadata: list[Any], plan: Feed
     changes = []
     for options in filter(has_feed, stores_of(metadata)):
         feed = read_feed(spark, location, options, plan)
-        store = options.get("storeName") or options["stateVarName"]
+        store = store_name(options)
         operator_id = int(options["operatorId"])
         # collect() keeps each partition's changes in the order they were made.
         for found in feed.where(_matches(feed, key)).collect():

@@ -23,8 +23,6 @@ import json
 import math
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -43,7 +41,7 @@ from .bench import (
     UNIQUE_KEYS,
     BenchError,
     BenchRunFailed,
-    batch_events,
+    follow_run,
     machine,
     percentile,
     rate_overrides,
@@ -187,49 +185,32 @@ def run_try(
     command = [sys.executable, "-m", PACKAGE, "run", "--settings", str(settings_path.resolve())]
     command += ["--max-batches", str(warmup + batches + 3)]
     last = warmup + batches - 1
-    events: list[dict[str, Any]] = []
-    stopped_early = False
-    with open(folder / "job.log", "w") as log:
-        cpus = cpus_for(cores)
-        process = subprocess.Popen(
-            command,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
+    cpus = cpus_for(cores)
+    stopped_early: list[int] = []  # the warm-up batch a try far behind was stopped at
+
+    def stop(events: list[dict[str, Any]]) -> str | None:
+        batch = events[-1]["batch_id"]
+        print(
+            f"  {configuration}, local[{cores}], {rows_per_second:,.0f} rows/s, batch {batch}:"
+            f" {events[-1]['batch_duration_ms']:,} ms (trigger {trigger_ms:,.0f} ms)",
+            file=sys.stderr,
+            flush=True,
         )
-        try:
-            assert process.stdout is not None  # stdout=PIPE
-            for event in batch_events(process.stdout):
-                events.append(event)
-                batch = event["batch_id"]
-                print(
-                    f"  {configuration}, local[{cores}], {rows_per_second:,.0f} rows/s, batch {batch}:"
-                    f" {event['batch_duration_ms']:,} ms (trigger {trigger_ms:,.0f} ms)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                behind = [e for e in events[1:] if e["batch_duration_ms"] > WAY_BEHIND * trigger_ms]
-                if batch < warmup and len(behind) >= 2:
-                    stopped_early = True
-                    process.send_signal(signal.SIGTERM)
-                    break
-                if batch == last:
-                    process.send_signal(signal.SIGTERM)
-            process.wait()
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        behind = [e for e in events[1:] if e["batch_duration_ms"] > WAY_BEHIND * trigger_ms]
+        if batch < warmup and len(behind) >= 2:
+            stopped_early.append(batch)
+            return "now"
+        return "after" if batch == last else None
+
+    returncode, events = follow_run(command, env, folder / "job.log", stop, cpus)
     failure = None
-    if process.returncode != 0:
+    if returncode != 0:
         if not events:  # not a rate that is too high: a run that cannot start
             raise BenchRunFailed(
                 f"{configuration} on local[{cores}] at {rows_per_second:,.0f} rows/s failed (exit"
-                f" {process.returncode}) before its first batch; see {folder / 'job.log'}"
+                f" {returncode}) before its first batch; see {folder / 'job.log'}"
             )
-        failure = failure_of(folder / "job.log", process.returncode)
+        failure = failure_of(folder / "job.log", returncode)
     counted = [e for e in events if warmup <= e["batch_id"] <= last]
     if stopped_early or failure and not counted:
         counted = events[-2:]
@@ -251,7 +232,7 @@ def run_try(
         cores=cores,
         cpus=None if cpus is None else len(cpus),
         holds=not stopped_early and not failure and p50 <= trigger_ms,
-        stopped_early=stopped_early,
+        stopped_early=bool(stopped_early),
         failure=failure,
         batches=len(counted),
         input_rows_per_batch=max(1, round(percentile([e["input_rows"] for e in counted], 0.5))),

@@ -99,17 +99,7 @@ def check_log_files(checkpoint: Path) -> None:
     then claims another query uses the checkpoint)."""
     if (checkpoint / "metadata").is_file():
         query_id(checkpoint)
-    newest_commit = highest_numbered(checkpoint / "commits")
-    if newest_commit is not None:
-        lines = newest_commit.read_text(encoding="utf-8", errors="replace").splitlines()
-        try:
-            json.loads(lines[1]) if len(lines) > 1 else None
-        except json.JSONDecodeError:
-            checksum = newest_commit.parent / f".{newest_commit.name}.crc"
-            raise CheckpointUnreadable(
-                f"{newest_commit}: a half-written commit record; remove it and {checksum}, and Spark runs batch"
-                f" {newest_commit.name} again (the sink skips what it already wrote); or {RESTORE_OR_RESTART}"
-            ) from None
+    commit_record(checkpoint)
     for log in ("offsets", "commits"):
         folder = checkpoint / log
         for checksum in sorted(folder.glob(".*.crc")) if folder.is_dir() else ():
@@ -133,14 +123,30 @@ def state_files(checkpoint: Path, pattern: str = "*") -> list[Path]:
     return sorted(path for path in found if path.is_file() and not (path.name.startswith(".") and ".tmp" in path.name))
 
 
+def commit_record(checkpoint: Path, batch: int | None = None) -> dict | None:
+    """A batch's commit record (the newest one unless given), None without one; a record whose line
+    does not parse is half-written, and named with the way on."""
+    path = highest_numbered(checkpoint / "commits") if batch is None else checkpoint / "commits" / str(batch)
+    if path is None or not path.is_file():
+        return None
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    if len(lines) < 2:
+        return None
+    try:
+        return dict(json.loads(lines[1]))
+    except (TypeError, ValueError):  # JSONDecodeError is a ValueError
+        checksum = path.parent / f".{path.name}.crc"
+        raise CheckpointUnreadable(
+            f"{path}: a half-written commit record; remove it and {checksum}, and Spark runs batch"
+            f" {path.name} again (the sink skips what it already wrote); or {RESTORE_OR_RESTART}"
+        ) from None
+
+
 def held_format_version(checkpoint: Path, batch: int | None = None) -> int | None:
     """The state checkpoint format version of a batch's commit record (the newest one unless given): 2
     when it names the state files' unique ids. None without a record. Spark does not pin it."""
-    record = highest_numbered(checkpoint / "commits") if batch is None else checkpoint / "commits" / str(batch)
-    lines = record.read_text(encoding="utf-8", errors="replace").splitlines() if record else []
-    if len(lines) < 2 or not lines[1].startswith("{"):
-        return None
-    return 2 if "stateUniqueIds" in json.loads(lines[1]) else 1
+    record = commit_record(checkpoint, batch)
+    return None if record is None else 2 if "stateUniqueIds" in record else 1
 
 
 def stateful_operators(checkpoint: Path) -> list[dict]:

@@ -29,6 +29,7 @@ from stream_job.machinery import commands
 from stream_job.machinery.core.contract import user_query
 from stream_job.machinery.core.durations import parse_duration
 from stream_job.machinery.core.settings import ENV_PREFIX, Settings, load_settings
+from stream_job.machinery.job.connectors import shell_words, submit_arguments
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 from stream_job.machinery.operations import local_kafka
 from stream_job.machinery.testing import run_batch
@@ -398,9 +399,21 @@ def expected_row_count(operator: str, files: int) -> int:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _shared_session(spark: SparkSession) -> SparkSession:
-    """The one local session of this run, up before any proof: the commands run_cli runs take it."""
-    return spark
+def _shared_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> SparkSession:
+    """The one local session of this run, up before any proof: the commands run_cli runs take it. Its JVM
+    starts with Spark's Kafka connector (spark-submit's --packages and the project's Ivy settings, through
+    PYSPARK_SUBMIT_ARGS for that start alone), so that jobs reading Kafka run in-process too; the
+    delta-spark writer's session extensions cannot join a running session, so its jobs are processes."""
+    kafka = load_settings(write_settings_file(tmp_path_factory.mktemp("kafka") / "settings.yaml", KAFKA_SOURCE))
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"{shell_words(submit_arguments(kafka))} pyspark-shell"
+    try:
+        return request.getfixturevalue("spark")
+    finally:
+        del os.environ["PYSPARK_SUBMIT_ARGS"]
+
+
+# Settings whose job reads Kafka: the connector they need is the one the shared session starts with.
+KAFKA_SOURCE = {"source": {"type": "kafka"}, "sink": {"type": "parquet"}}
 
 
 @pytest.fixture(autouse=True)

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.connectors import (
+    DELTA_EXTENSION,
     Connector,
     ConnectorError,
     missing_connectors,
@@ -23,13 +24,12 @@ from stream_job.machinery.job.connectors import (
 )
 from stream_job.machinery.job.session import static_confs
 
-from .conftest import PROJECT_DIR, clean_env, run_python
+from .conftest import KAFKA_SOURCE, PROJECT_DIR, clean_env, run_python
 
 SPARK = pyspark.__version__
 SPARK_MINOR = ".".join(SPARK.split(".")[:2])
 KAFKA = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_MINOR}.0"  # the minor's first release
 DELTA = f"io.delta:delta-spark_{SPARK_MINOR}_2.13:4.4.0"
-KAFKA_SOURCE = {"source": {"type": "kafka"}, "sink": {"type": "parquet"}}
 DELTA_SPARK = {"source": {"type": "rate"}, "sink": {"type": "delta", "delta": {"writer": "delta-spark"}}}
 BOTH = {"source": KAFKA_SOURCE["source"], "sink": DELTA_SPARK["sink"]}
 # The project's resolver: Maven Central, or the mirror its ivysettings.xml names.
@@ -99,8 +99,9 @@ def test_kafka_follows_the_minor_and_delta_spark_is_refused_where_delta_has_no_b
 
 
 def test_missing_connectors_asks_the_real_class_loader(spark):
-    present = Connector("test", "x:y:1", "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-    absent = Connector("test", "x:z:1", "org.apache.spark.sql.kafka010.KafkaSourceProvider")
+    # The shared session starts with the Kafka connector (conftest._shared_session), not delta-spark.
+    present = Connector("test", "x:y:1", "org.apache.spark.sql.kafka010.KafkaSourceProvider")
+    absent = Connector("test", "x:z:1", DELTA_EXTENSION)
     assert missing_connectors(spark, [present, absent]) == [absent]
 
 
@@ -110,11 +111,11 @@ def test_require_connectors_names_the_packages_to_add(spark, make_settings):
         require_connectors(spark, make_settings(BOTH))
     message = str(caught.value)
     assert message.startswith(
-        "source.type kafka needs org.apache.spark.sql.kafka010.KafkaSourceProvider, sink.type delta with"
-        " sink.delta.writer delta-spark needs io.delta.sql.DeltaSparkSessionExtension, which is not on Spark's"
+        "sink.type delta with sink.delta.writer delta-spark needs io.delta.sql.DeltaSparkSessionExtension, which is"
+        " not on Spark's classpath."
     )
-    assert f"spark-submit --packages {KAFKA},{DELTA} main.py" in message
-    require_connectors(spark, make_settings({"source": {"type": "rate"}, "sink": {"type": "parquet"}}))
+    assert f"spark-submit --packages {DELTA} main.py" in message
+    require_connectors(spark, make_settings(KAFKA_SOURCE))
 
 
 def test_packages_command(write_settings):
@@ -134,7 +135,7 @@ def test_packages_command(write_settings):
 
 
 @pytest.mark.parametrize(
-    "changes", [KAFKA_SOURCE, pytest.param(DELTA_SPARK, marks=pytest.mark.delta_spark)], ids=["kafka", "delta-spark"]
+    "changes", [KAFKA_SOURCE, pytest.param(BOTH, marks=pytest.mark.delta_spark)], ids=["kafka", "kafka-and-delta-spark"]
 )
 def test_job_without_the_jars_exits_3_with_the_packages_to_add(write_settings, tmp_path, changes):
     checkpoint = tmp_path / "checkpoint"
@@ -144,7 +145,12 @@ def test_job_without_the_jars_exits_3_with_the_packages_to_add(write_settings, t
     result = run_python("main.py", "--settings", str(path))
     assert result.returncode == 3, result.stderr[-2000:]
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("connector error:")]
-    expected = KAFKA if changes is KAFKA_SOURCE else DELTA
+    if changes is BOTH:  # both named in one line
+        assert line.startswith(
+            "connector error: source.type kafka needs org.apache.spark.sql.kafka010.KafkaSourceProvider, sink.type"
+            " delta with sink.delta.writer delta-spark needs io.delta.sql.DeltaSparkSessionExtension, which is not"
+        ), line
+    expected = KAFKA if changes is KAFKA_SOURCE else f"{KAFKA},{DELTA}"
     assert f"`spark-submit --packages {expected} main.py`" in line
     assert "Traceback" not in result.stderr
     assert not checkpoint.exists()

@@ -35,13 +35,11 @@ from .conftest import (
     ANY_PROVIDER,
     BAKED_OPERATOR,
     batch_expectation,
-    clean_env,
     committed_batches,
     deep_merge,
     files_job,
     kafka_job,
     run_main,
-    run_python,
 )
 
 # A null and a missing event time, a year-2100 one, epoch milliseconds read as seconds (year ~57970),
@@ -226,9 +224,7 @@ def test_a_kafka_record_without_a_usable_event_time_is_named_by_partition_and_of
     local_kafka.produce(kafka_broker.bootstrap, topic, [json.dumps(NULL_TIME), BAD_LINES[2]])  # offsets 120, 121
     expected = batch_expectation(spark, make_settings(changes))
 
-    failed = run_python(
-        "main.py", "--settings", str(write_settings(changes)), env=clean_env()
-    )  # the Kafka connector: a JVM of its own
+    failed = run_main("--settings", str(write_settings(changes)))  # the shared session has the Kafka connector
 
     assert failed.returncode == 1, failed.stderr[-3000:]
     assert failed.stderr.strip().splitlines()[-1] == (
@@ -239,9 +235,7 @@ def test_a_kafka_record_without_a_usable_event_time_is_named_by_partition_and_of
     assert committed_batches(tmp_path / "checkpoint") == [0, 1, 2]  # 40 records a batch; the fourth failed
 
     changes["source"]["kafka"]["on_bad_record"] = "drop"
-    dropped = run_python(
-        "main.py", "--settings", str(write_settings(changes)), env=clean_env()
-    )  # the Kafka connector: a JVM of its own
+    dropped = run_main("--settings", str(write_settings(changes)))
 
     assert dropped.returncode == 0, dropped.stderr[-3000:]
     (line,) = [line for line in dropped.stdout.splitlines() if line.startswith("batch 3: ")]

@@ -17,13 +17,13 @@ from stream_job.machinery.job.session import apply_confs
 from stream_job.machinery.operations.change_counts import count_changes
 from stream_job.machinery.operations.change_feed import NO_CHANGE_FILES, TIMERS_WITHOUT_FEED
 from stream_job.machinery.operations.inspection import (
-    TIMERS,
     InspectError,
     checkpoint_facts,
     inspect_checkpoint,
     state_metadata,
 )
-from stream_job.machinery.operations.key_lookup import find_key, render, stores_of
+from stream_job.machinery.operations.key_lookup import find_key, render
+from stream_job.machinery.operations.state_reader import TIMERS, stores_of
 
 from .conftest import BAKED_OPERATOR, digest, files_job, run_cli, run_cli_process, write_settings_file
 

@@ -30,6 +30,7 @@ from .conftest import (
     kafka_job,
     kafka_offsets,
     run_cli_process,
+    run_main,
     run_python,
 )
 
@@ -61,8 +62,15 @@ def job_on_topic(tmp_path: Path, bootstrap: str, **kafka: object) -> dict:
     return changes
 
 
-def run_job(path: Path, *args: str, env: dict[str, str] | None = None):
-    return run_python("main.py", "--settings", str(path), *args, env=env or clean_env())
+def run_job(path: Path, *args: str):
+    """The job in-process, on the shared session (it starts with the Kafka connector)."""
+    return run_main("--settings", str(path), *args)
+
+
+def run_job_process(path: Path, password: str):
+    """The job as a process of its own, with the SASL password in its environment: all it prints, Spark's
+    own log included, is searched for the password."""
+    return run_python("main.py", "--settings", str(path), env={**clean_env(), PASSWORD_ENV: password})
 
 
 def test_topic_pattern_and_max_offsets_per_trigger_are_honoured(kafka_broker, write_settings, tmp_path):
@@ -133,7 +141,7 @@ def test_sasl_reads_with_the_password_from_the_named_variable_and_never_prints_i
     sasl["sasl_password_env"] = PASSWORD_ENV
     path = write_settings(job_on_topic(tmp_path, kafka_broker.sasl_bootstrap, topic=topic, **sasl))
 
-    result = run_job(path, env={**clean_env(), PASSWORD_ENV: password})
+    result = run_job_process(path, password)
 
     assert result.returncode == 0, result.stderr[-3000:]
     assert sum(input_rows(result.stdout)) == 40
@@ -148,7 +156,7 @@ def test_wrong_credentials_are_one_line_and_start_nothing(kafka_broker, write_se
         job_on_topic(tmp_path, kafka_broker.sasl_bootstrap, topic=topic, sasl_password_env=PASSWORD_ENV, **sasl)
     )
 
-    result = run_job(path, env={**clean_env(), PASSWORD_ENV: "not-her-password-7"})
+    result = run_job_process(path, "not-her-password-7")
 
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
@@ -262,7 +270,8 @@ def test_orders_and_payments_from_kafka_into_delta_then_the_order_waiting_for_it
     path = write_settings(changes)
     settings = make_settings(changes)
 
-    result = run_job(path)
+    # A process: Spark's Delta sink (delta-spark) needs its session extensions from the start.
+    result = run_python("main.py", "--settings", str(path), env=clean_env())
     assert result.returncode == 0, result.stderr[-3000:]
     assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
 

@@ -14,16 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.checkpoint.files import (
-    CheckpointUnreadable,
-    check_log_files,
-    held_format_version,
-    interrupted,
-    last_committed,
-    latest_offsets,
-    local_checkpoint,
-    source_offsets,
-)
+from ..core.checkpoint.files import CheckpointUnreadable, Logs, interrupted, local_checkpoint, read_logs
 from ..core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, provider_name
 from ..core.contract import PACKAGE
 from ..core.settings import Settings
@@ -77,23 +68,21 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     unfinished = interrupted(checkpoint)
     if unfinished is not None:  # checked first: mid-way the checkpoint may even be missing
         raise CheckpointUnreadable(unfinished.message())
-    check_log_files(checkpoint)
-    latest = latest_offsets(checkpoint)
-    if latest is None:
+    logs = read_logs(checkpoint)
+    if logs.last_batch is None:
         report.notes.append(f"no checkpoint yet at {checkpoint}: this run starts one")
         return report
-    report.last_batch, pinned = latest
-    report.drifts += conf_drifts(settings, pinned)
-    report.drifts += format_version_drifts(settings, checkpoint)
-    report.drifts += source_drifts(settings, report.last_batch, source_offsets(checkpoint, report.last_batch))
+    report.last_batch = logs.last_batch
+    report.drifts += conf_drifts(settings, logs.pinned)
+    report.drifts += format_version_drifts(settings, logs)
+    report.drifts += source_drifts(settings, logs.last_batch, logs.offsets)
     lost, note = lost_output(settings, checkpoint)
     report.refusals += lost
     report.notes += note
     if not any(drift.setting == "state_store.provider" for drift in report.drifts):
         report.notes += changelog_notes(settings, checkpoint)
-        committed = last_committed(checkpoint)
-        if settings.state_store.provider == "rocksdb" and committed is not None:
-            notes, refusals = snapshot_findings(settings, checkpoint, committed)
+        if settings.state_store.provider == "rocksdb" and logs.last_committed is not None:
+            notes, refusals = snapshot_findings(settings, checkpoint, logs.last_committed)
             report.notes += notes
             report.refusals += refusals
     return report
@@ -146,11 +135,11 @@ def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
     return drifts
 
 
-def format_version_drifts(settings: Settings, checkpoint: Path) -> list[Drift]:
+def format_version_drifts(settings: Settings, logs: Logs) -> list[Drift]:
     """The state checkpoint format is not among the offsets' confs: Spark reads it from the conf on each
     start. A commit record of format version 2 names the unique id of each state store's version (its
     files are named after it); one of version 1 does not."""
-    held = held_format_version(checkpoint)
+    held = logs.format_version
     wanted = settings.state_store.integrity.checkpoint_format_version
     if held is None or held == wanted:
         return []
@@ -159,7 +148,7 @@ def format_version_drifts(settings: Settings, checkpoint: Path) -> list[Drift]:
             "state_store.integrity.checkpoint_format_version",
             str(wanted),
             str(held),
-            f"the state was written in format version {held} (see the commit records in {checkpoint}/commits), and"
+            f"the state was written in format version {held} (see the commit records in {logs.checkpoint}/commits), and"
             f" Spark would look for its files as version {wanted} names them.",
         )
     ]

@@ -35,12 +35,11 @@ from ..core.checkpoint.files import (
     DISCARDED,
     WORKING_COPY,
     batch_metadata,
-    check_log_files,
-    highest_numbered,
     interrupted,
     last_committed,
     latest_offsets,
     local_checkpoint,
+    read_logs,
 )
 from ..core.checkpoint.run_lock import holder
 from ..core.checkpoint.sink_log import remove_entries_after
@@ -103,16 +102,14 @@ def plan(location: str, partitions: int, finish_last_batch: bool = False) -> Pla
             " before it changes it. Copy the checkpoint to a local disk (or a mount such as /dbfs), repartition"
             " it there and copy it back with the job stopped"
         )
-    check_log_files(checkpoint)
-    latest = latest_offsets(checkpoint)
-    committed_file = highest_numbered(checkpoint / "commits")
-    if latest is None or committed_file is None:
+    logs = read_logs(checkpoint)
+    if logs.last_batch is None or logs.last_committed is None:
         raise RepartitionRefused(
             f"no committed batch in {checkpoint}: there is no state to move yet. Set spark.shuffle_partitions"
             f" to {partitions} before the first run instead: that run pins it"
         )
-    last_batch, pinned = latest
-    provider = provider_name(pinned.get(PROVIDER_CONF, ""))
+    last_batch, last_committed = logs.last_batch, logs.last_committed
+    provider = provider_name(logs.pinned.get(PROVIDER_CONF, ""))
     if provider != "rocksdb":
         raise RepartitionRefused(
             f"{checkpoint} holds the state of the {provider} store, and Spark's repartitioning rewrites RocksDB"
@@ -126,7 +123,6 @@ def plan(location: str, partitions: int, finish_last_batch: bool = False) -> Pla
             f"{checkpoint} is in use by {holding_it}: stop the job first (repartitioning under a running query"
             " damages the checkpoint)"
         )
-    last_committed = int(committed_file.name)
     chosen = Plan(checkpoint, last_batch, last_committed, _pinned_partitions(checkpoint, last_committed), partitions)
     if chosen.unfinished_batch is not None:
         chosen = dataclasses.replace(chosen, finish_first=_job_batch_to_finish(chosen, finish_last_batch))

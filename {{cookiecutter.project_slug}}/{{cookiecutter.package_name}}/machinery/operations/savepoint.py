@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING, Any
 from ..core.checkpoint import path_records
 from ..core.checkpoint.copying import made_whole
 from ..core.checkpoint.files import (
-    check_log_files,
     held_format_version,
     interrupted,
-    last_committed,
     latest_offsets,
     local_checkpoint,
     query_id,
+    read_logs,
 )
 from ..core.checkpoint.run_lock import LOCK_FILE, holder
 from ..core.confs import INTEGRITY_CONFS
@@ -84,19 +83,19 @@ def plan_create(settings: Settings, target: Path) -> Origin:
         raise SavepointRefused(unfinished.message())
     if not (checkpoint / "offsets").is_dir():
         raise SavepointRefused(f"no checkpoint at {checkpoint} (no offsets folder): there is nothing to save yet")
-    check_log_files(checkpoint)
+    logs = read_logs(checkpoint)
     running = holder(checkpoint)
     if running is not None:
         raise SavepointRefused(
             f"{checkpoint} is in use by {running}: stop the job first (it lands on a batch boundary), then take"
             " the savepoint; a copy taken under a running job can hold half a batch"
         )
-    batch, latest = last_committed(checkpoint), latest_offsets(checkpoint)
-    if batch is None or latest is None:
+    batch = logs.last_committed
+    if batch is None or logs.last_batch is None:
         raise SavepointRefused(f"{checkpoint} has no committed batch yet: there is no state to save")
-    if latest[0] != batch:
+    if logs.last_batch != batch:
         raise SavepointRefused(
-            f"batch {latest[0]} of {checkpoint} is logged but not committed (the job was stopped in the middle of"
+            f"batch {logs.last_batch} of {checkpoint} is logged but not committed (the job was stopped in the middle of"
             f" it): a savepoint holds committed batches only. Start the job and let it commit (python main.py"
             f" --max-batches 1 runs that batch and stops), or, on RocksDB, python -m {PACKAGE} repartition"
             " --finish-last-batch; then take the savepoint"

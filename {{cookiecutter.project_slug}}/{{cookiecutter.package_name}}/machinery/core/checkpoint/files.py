@@ -25,6 +25,29 @@ def local_checkpoint(location: str) -> Path | None:
     return Path(location.removeprefix("file://").removeprefix("file:"))
 
 
+@dataclass(frozen=True)
+class Logs:
+    """What a checkpoint's offsets and commits say, read once: the newest logged batch, the confs it
+    pins and its source offsets, the newest committed batch and the state format version of its
+    record (None where there is none yet)."""
+
+    checkpoint: Path
+    last_batch: int | None
+    pinned: dict[str, str]
+    offsets: list[str]
+    last_committed: int | None
+    format_version: int | None
+
+
+def read_logs(checkpoint: Path) -> Logs:
+    """The checkpoint's logs, after check_log_files has named any damage Spark would report badly."""
+    check_log_files(checkpoint)
+    latest = latest_offsets(checkpoint)
+    last_batch, pinned = latest if latest is not None else (None, {})
+    offsets = [] if last_batch is None else source_offsets(checkpoint, last_batch)
+    return Logs(checkpoint, last_batch, pinned, offsets, last_committed(checkpoint), held_format_version(checkpoint))
+
+
 def latest_offsets(checkpoint: Path) -> tuple[int, dict[str, str]] | None:
     """(batch id, pinned confs) of the newest offsets file, or None without one."""
     path = highest_numbered(checkpoint / "offsets")

@@ -405,11 +405,18 @@ def _shared_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
     PYSPARK_SUBMIT_ARGS for that start alone), so that jobs reading Kafka run in-process too; the
     delta-spark writer's session extensions cannot join a running session, so its jobs are processes."""
     kafka = load_settings(write_settings_file(tmp_path_factory.mktemp("kafka") / "settings.yaml", KAFKA_SOURCE))
-    os.environ["PYSPARK_SUBMIT_ARGS"] = f"{shell_words(submit_arguments(kafka))} pyspark-shell"
+    before = os.environ.get(SUBMIT_ARGS)
+    os.environ[SUBMIT_ARGS] = f"{shell_words(submit_arguments(kafka))} pyspark-shell"
     try:
         return request.getfixturevalue("spark")
     finally:
-        del os.environ["PYSPARK_SUBMIT_ARGS"]
+        if before is None:
+            del os.environ[SUBMIT_ARGS]
+        else:
+            os.environ[SUBMIT_ARGS] = before
+
+
+SUBMIT_ARGS = "PYSPARK_SUBMIT_ARGS"  # what pyspark hands spark-submit when it starts the JVM
 
 
 # Settings whose job reads Kafka: the connector they need is the one the shared session starts with.

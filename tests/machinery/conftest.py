@@ -55,6 +55,7 @@ def start_job(settings_path: Path | str, log: TextIO, cwd: Path = PROJECT_DIR) -
         stdout=log,
         stderr=log,
         env=clean_env(),
+        start_new_session=True,  # its own process group: a SIGKILL takes its JVM with it (kill_mid_batch)
     )
 
 

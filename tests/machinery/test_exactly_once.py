@@ -9,6 +9,7 @@ whole sink with the same computation run as a batch job on the same files: no ro
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -55,7 +56,10 @@ def kill_mid_batch(process: subprocess.Popen, checkpoint: Path, sent: int = sign
         logged = logged_batches(checkpoint)
         committed = committed_batches(checkpoint)
         if len(committed) >= KILL_AFTER_COMMITS and logged and logged[-1] not in committed:
-            process.send_signal(sent)
+            if sent == signal.SIGKILL:  # the whole group, Python and its JVM, as a crash takes them
+                os.killpg(process.pid, sent)
+            else:  # a stop the job handles: its Python process alone gets it, as from a terminal
+                process.send_signal(sent)
             process.wait(timeout=60)
             return logged[-1]
         time.sleep(0.01)

@@ -10,7 +10,9 @@ across the changes. Each refusal is checked to leave the checkpoint byte for byt
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -290,7 +292,10 @@ def _kill_at(step: str, process, checkpoint: Path, output: Path, batch: int) -> 
         except (FileNotFoundError, IndexError, ValueError):  # a file read while it is renamed or written
             reached = []
         if reached:
-            process.kill()
+            # The whole group, Python and its JVM: a JVM whose Python parent alone is killed lives on until
+            # it reads the end of its stdin, and its runner wrote into the checkpoint the recovery had just
+            # put back (an offsets file's temporary, seen once in CI).
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=60)
             return reached[-1]
         time.sleep(0.002)
@@ -330,6 +335,7 @@ def test_a_repartition_killed_at_any_step_leaves_the_old_or_the_new_checkpoint(
                 stdout=log,
                 stderr=log,
                 env=clean_env(),
+                start_new_session=True,  # its own process group: the kill takes its JVM with it
             )
             killed_at = _kill_at(step, process, checkpoint, output, batch)
         said = (tmp_path / f"repartition-{step}.log").read_text()

@@ -27,7 +27,7 @@ from stream_job.machinery.core.settings import SettingsError, load_settings
 from stream_job.machinery.job.endpoints.output import read_output
 from stream_job.machinery.job.endpoints.sources import with_usable_event_time
 from stream_job.machinery.job.progress import format_progress
-from stream_job.machinery.job.watchdog import StateWatchdog
+from stream_job.machinery.job.progress import StateWatchdog
 from stream_job.machinery.operations import local_kafka
 from stream_job.query import EVENT_SCHEMA
 
@@ -131,12 +131,13 @@ def test_an_event_time_far_ahead_fails_naming_the_row_or_is_dropped(spark, make_
     events = raw.select(F.from_json("value", EVENT_SCHEMA).alias("e")).select("e.*")
     origin = F.lit("file:///landing/events-7.json")
 
-    kept = with_usable_event_time(events, EVENT_SCHEMA, "drop", origin, "source", "1 day")
+    kept = with_usable_event_time(events, EVENT_SCHEMA, "drop", origin, "source", settings.query)
     assert [row.event_id for row in kept.collect()] == ["e1"]
-    assert with_usable_event_time(events, EVENT_SCHEMA, "drop", origin, "source", None).count() == 2
+    unbounded = settings.query.model_copy(update={"max_event_time_ahead": None})
+    assert with_usable_event_time(events, EVENT_SCHEMA, "drop", origin, "source", unbounded).count() == 2
 
     with pytest.raises((PySparkException, Py4JJavaError)) as failed:
-        with_usable_event_time(events, EVENT_SCHEMA, "fail", origin, "source", "1 day").collect()
+        with_usable_event_time(events, EVENT_SCHEMA, "fail", origin, "source", settings.query).collect()
     (line,) = bad_record_advice(str(failed.value), settings)
     assert line == (
         "bad record: file:///landing/events-7.json holds a row without a usable event time, event_time"

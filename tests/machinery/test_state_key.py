@@ -10,7 +10,7 @@ from stream_job.machinery.core.checkpoint.files import CheckpointUnreadable
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.runner import build_result, run_query
 from stream_job.machinery.job.session import apply_confs
-from stream_job.machinery.job.state_key import StateKeyChanged, check_state_key, state_keys
+from stream_job.machinery.job.state_fit import StateKeyChanged, check_state_key, state_keys
 
 from .conftest import BAKED_OPERATOR, digest, edited_query, files_job, run_main, write_settings_file
 

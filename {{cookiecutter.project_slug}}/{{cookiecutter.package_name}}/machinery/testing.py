@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from .core.checkpoint.files import read_local
 from .core.contract import user_query
 from .core.durations import parse_duration
 from .core.settings import QuerySettings, Settings, load_settings
@@ -100,7 +101,7 @@ class StreamTest:
         """One run until every file is read; it fails when the query fails or does not go on from the
         batch the last run stopped at."""
         apply_confs(self.spark, self.settings)
-        query = run_query(self.spark, self.settings)
+        query = run_query(self.spark, self.settings, held=read_local(self.settings.query.checkpoint_location))
         if query.exception() is not None:
             raise AssertionError(f"the stream failed: {query.exception()}")
         first = query.recentProgress[0]["batchId"] if query.recentProgress else None

@@ -21,10 +21,12 @@ from ..core.checkpoint.run_lock import CheckpointBusy
 from ..core.contract import PACKAGE, QUERY_MODULE
 from ..core.settings import SettingsError
 from ..job.connectors import ConnectorError
-from ..job.endpoints.delta_writer import MissingPackageError
+from ..job.endpoints.sinks import MissingPackageError
+from ..job.endpoints.sources import KafkaSourceError
 from ..job.java import JavaError
-from ..job.operator_list import OperatorsChanged
 from ..job.query_plan import QueryRefused
+from ..job.schema_evolution import StateSchemaRefused
+from ..job.state_fit import OperatorsChanged, StateKeyChanged
 from ..operations.inspection import InspectError
 from ..operations.repartition import RepartitionRefused
 from ..operations.savepoint import SavepointMismatch, SavepointRefused
@@ -33,19 +35,22 @@ from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_MISSING_DEPEN
 
 # In the order `--help` lists their commands.
 COMMAND_MODULES = (run, estimate, package, checkpoint, repartition, savepoint, bench, config, data, kafka)
-MISSING_DEPENDENCY_PREFIXES = {
-    JavaError: "java error",
-    ConnectorError: "connector error",
-    MissingPackageError: "package error",
-}
-# Refusals that leave the checkpoint as it was.
-CHECKPOINT_PREFIXES = {
-    CheckpointUnreadable: "checkpoint error",
-    CheckpointBusy: "checkpoint error",
-    OperatorsChanged: "checkpoint error",
-    RepartitionRefused: "repartition refused",
-    SavepointRefused: "savepoint refused",
-    SavepointMismatch: "savepoint error",
+# The errors each a line on stderr with its prefix, and their exit codes (those exiting
+# EXIT_CHECKPOINT_DRIFT leave the checkpoint as it was).
+REFUSALS: dict[type[Exception], tuple[str, int]] = {
+    JavaError: ("java error", EXIT_MISSING_DEPENDENCY),
+    ConnectorError: ("connector error", EXIT_MISSING_DEPENDENCY),
+    MissingPackageError: ("package error", EXIT_MISSING_DEPENDENCY),
+    CheckpointUnreadable: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
+    CheckpointBusy: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
+    OperatorsChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
+    StateKeyChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
+    StateSchemaRefused: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
+    RepartitionRefused: ("repartition refused", EXIT_CHECKPOINT_DRIFT),
+    SavepointRefused: ("savepoint refused", EXIT_CHECKPOINT_DRIFT),
+    SavepointMismatch: ("savepoint error", EXIT_CHECKPOINT_DRIFT),
+    InspectError: ("inspect error", EXIT_BAD_INPUT),
+    KafkaSourceError: ("source error", EXIT_BAD_INPUT),
 }
 
 __all__ = ["main", "parser"]
@@ -67,15 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         for line in error.lines:
             print(f"settings error: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (JavaError, ConnectorError, MissingPackageError) as error:
-        print(f"{MISSING_DEPENDENCY_PREFIXES[type(error)]}: {error}", file=sys.stderr)
-        return EXIT_MISSING_DEPENDENCY
-    except tuple(CHECKPOINT_PREFIXES) as error:
-        print(f"{CHECKPOINT_PREFIXES[type(error)]}: {error}", file=sys.stderr)
-        return EXIT_CHECKPOINT_DRIFT
-    except InspectError as error:
-        print(f"inspect error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except tuple(REFUSALS) as error:
+        prefix, code = REFUSALS[type(error)]
+        print(f"{prefix}: {error}", file=sys.stderr)
+        return code
     except PermissionError as error:  # reading the checkpoint (the guard, inspect), copying it (repartition)
         print(
             f"permission error: {error.filename}: {error.strerror} for this user (nothing is damaged); give the user"

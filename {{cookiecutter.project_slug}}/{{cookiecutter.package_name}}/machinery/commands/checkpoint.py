@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from ..core.settings import DEFAULT_SETTINGS_FILE, Settings, SettingsError, load_settings
+from ..core.checkpoint.files import CheckpointRead
+from ..core.settings import DEFAULT_SETTINGS_FILE, Settings, load_settings
 from ..job.guard import check_checkpoint
 from .arguments import EXIT_CHECKPOINT_DRIFT, add_settings_argument, non_negative_int
 from .run import guard_passes
@@ -57,10 +57,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_CHECKPOINT_DRIFT
     if report.last_batch is None:
         return 0
-    drift, operators, evolutions = _plan_drift(settings)
-    if drift:
-        print(f"checkpoint error: {drift}", file=sys.stderr)
-        return EXIT_CHECKPOINT_DRIFT
+    operators, evolutions = _plan_fit(settings, report.held)
     for evolution in evolutions:
         print(f"state schema: {evolution}")
     print(
@@ -70,28 +67,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_drift(settings: Settings) -> tuple[str | None, str, list[str]]:
+def _plan_fit(settings: Settings, held: CheckpointRead | None) -> tuple[str, list[str]]:
     """The query's stateful operators, their keys and custom_state's state schemas against the
-    checkpoint's, read from the query's plan in a local Spark session (nothing runs): the refusal a
-    start would give, the operators, and the state schema changes Spark accepts."""
+    checkpoint's, read from the query's plan in a local Spark session (nothing runs): raises the refusal
+    a start would give (state_fit.py), else returns the operators and the state schema changes Spark
+    accepts."""
     from ..core.plan_operators import chain, flow_order
-    from ..job.operator_list import operators_drift
     from ..job.query_plan import read_plan, stand_in_result
-    from ..job.schema_evolution import state_schema_drift
     from ..job.session import tool_session
-    from ..job.state_key import state_key_drift
+    from ..job.state_fit import check_fit
 
     with tool_session("check-plan", {}) as spark:
         result = stand_in_result(spark, settings)
         plan = read_plan(result)
-        location = settings.query.checkpoint_location
-        drift = operators_drift(plan, location)
-        problems = [] if drift else settings.plan_problems(plan)
-        if problems:
-            raise SettingsError(problems)
-        drift = drift or state_key_drift(spark, result, location)
-        schema_drift, evolutions = (None, []) if drift else state_schema_drift(result, plan, location)
-    return drift or schema_drift, chain([operator.kind for operator in flow_order(plan)]), evolutions
+        _, evolutions = check_fit(result, plan, settings, held, record_key=False)
+    return chain([operator.kind for operator in flow_order(plan)]), evolutions
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -7,9 +7,9 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
-from ..core.checkpoint.files import RESTORE_OR_RESTART, empty_state_files
+from ..core.checkpoint.files import RESTORE_OR_RESTART, CheckpointRead, empty_state_files
 from ..core.checkpoint.run_lock import holding
 from ..core.contract import PACKAGE, QUERY_MODULE
 from ..core.settings import Settings, SettingsError, load_settings, nearest_existing_folder
@@ -22,7 +22,7 @@ from ..core.sizing.partitions import (
     too_many_waves,
 )
 from ..core.text import first_line
-from ..job.endpoints.delta_writer import require_deltalake
+from ..job.endpoints.sinks import require_deltalake
 from ..job.guard import GuardReport, check_checkpoint
 from ..job.java import launched_by_spark_submit
 from ..job.state_checks import local_checksum_failures
@@ -34,9 +34,6 @@ from .arguments import (
     positive_float,
     positive_int,
 )
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -61,69 +58,57 @@ def cmd_run(args: argparse.Namespace) -> int:
     if problems:
         raise SettingsError(problems)
     remarks_to = settings.monitoring.remarks_to(sys.stdout)
-    report = check_checkpoint(settings)
-    for remark in partition_remarks(settings, report):
-        print(f"partitions: {remark}", file=remarks_to)
-    if not guard_passes(report, remarks_to):
-        return EXIT_CHECKPOINT_DRIFT
-    if settings.sink.delta_writer == "deltalake":
-        require_deltalake()
-    # Spark is imported only after the checks (in _run), so that bad input never starts a JVM; the
-    # lock keeps a second job or a repartition off this checkpoint while the job runs.
+    # The lock keeps a second job or a repartition off this checkpoint while the guard reads it and
+    # the job runs; Spark starts only after the checks (in _run), so that bad input never starts a JVM.
     with holding(settings.query.checkpoint_location, "this job"):
-        return _run(settings, args, remarks_to)
+        report = check_checkpoint(settings)
+        for remark in partition_remarks(settings, report):
+            print(f"partitions: {remark}", file=remarks_to)
+        if not guard_passes(report, remarks_to):
+            return EXIT_CHECKPOINT_DRIFT
+        if settings.sink.delta_writer == "deltalake":
+            require_deltalake()
+        return _run(settings, args, remarks_to, report.held)
 
 
-def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO) -> int:
-    from ..job.session import job_session
-
-    with job_session(settings) as spark:
-        return _run_on(spark, settings, args, remarks_to)
-
-
-def _run_on(spark: SparkSession, settings: Settings, args: argparse.Namespace, remarks_to: TextIO) -> int:
+def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held: CheckpointRead | None) -> int:
     from pyspark.errors import AnalysisException, StreamingQueryException
 
     from ..job.connectors import require_connectors
-    from ..job.endpoints.kafka_check import KafkaSourceError, check_kafka_inputs, require_brokers
-    from ..job.runner import run_query
-    from ..job.schema_evolution import StateSchemaRefused, schema_refusal_advice
-    from ..job.state_key import StateKeyChanged
+    from ..job.endpoints.sources import check_kafka_inputs, require_brokers
+    from ..job.runner import run_query, startup_line
+    from ..job.schema_evolution import schema_refusal_advice
+    from ..job.session import job_session
 
-    print(startup_line(settings, spark.version, spark.sparkContext.master), file=remarks_to, flush=True)
-    try:
-        require_connectors(spark, settings)
-        require_brokers(settings)
-        for remark in check_kafka_inputs(spark, settings):
-            print(f"source: {remark}", file=remarks_to, flush=True)
-        run_query(spark, settings, args.max_batches, args.timeout)
-    except (StateKeyChanged, StateSchemaRefused) as error:
-        print(f"checkpoint error: {error}", file=sys.stderr)
-        return EXIT_CHECKPOINT_DRIFT
-    except KafkaSourceError as error:
-        print(f"source error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except AnalysisException as error:  # the query as written: a chain Spark does not run, a column it lacks
-        print(
-            f"query error: Spark refuses the query of {QUERY_MODULE}: {first_line(str(error))}; change the query"
-            " (no batch ran)",
-            file=sys.stderr,
-        )
-        return EXIT_BAD_INPUT
-    except StreamingQueryException as error:
-        print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)
-        print(f"checkpoint: {settings.query.checkpoint_location}", file=sys.stderr)
-        chain = _message_chain(error)
-        for line in damaged_checkpoint_advice(chain, settings.query.checkpoint_location):
-            print(line, file=sys.stderr)
-        for line in disk_full_advice(chain, settings):
-            print(line, file=sys.stderr)
-        for line in (
-            data_loss_advice(chain, settings) + bad_record_advice(chain, settings) + schema_refusal_advice(chain)
-        ):
-            print(line, file=sys.stderr)
-        return EXIT_QUERY_FAILED
-    return 0
+    with job_session(settings) as spark:
+        print(startup_line(spark, settings), file=remarks_to, flush=True)
+        try:
+            require_connectors(spark, settings)
+            require_brokers(settings)
+            for remark in check_kafka_inputs(spark, settings):
+                print(f"source: {remark}", file=remarks_to, flush=True)
+            run_query(spark, settings, args.max_batches, args.timeout, held=held)
+        except AnalysisException as error:  # the query as written: a chain Spark does not run, a column it lacks
+            print(
+                f"query error: Spark refuses the query of {QUERY_MODULE}: {first_line(str(error))}; change the query"
+                " (no batch ran)",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_INPUT
+        except StreamingQueryException as error:
+            print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)
+            print(f"checkpoint: {settings.query.checkpoint_location}", file=sys.stderr)
+            chain = _message_chain(error)
+            for line in damaged_checkpoint_advice(chain, settings.query.checkpoint_location):
+                print(line, file=sys.stderr)
+            for line in disk_full_advice(chain, settings):
+                print(line, file=sys.stderr)
+            for line in (
+                data_loss_advice(chain, settings) + bad_record_advice(chain, settings) + schema_refusal_advice(chain)
+            ):
+                print(line, file=sys.stderr)
+            return EXIT_QUERY_FAILED
+        return 0
 
 
 def with_local_partitions(settings: Settings, remarks_to: TextIO) -> Settings:
@@ -196,18 +181,6 @@ def guard_passes(report: GuardReport, notes_to: TextIO | None = None) -> bool:
     for refusal in report.refusals:
         print(f"checkpoint error: {refusal}", file=sys.stderr)
     return report.consistent
-
-
-def startup_line(settings: Settings, spark_version: str, master: str | None) -> str:
-    store = settings.state_store
-    changelog = " with changelog checkpointing" if store.changelog_checkpointing else ""
-    writer = f" ({settings.sink.delta_writer})" if settings.sink.delta_writer else ""
-    sources = " + ".join(source.type for source in settings.inputs.values())
-    return (
-        f"{settings.query.name}: Spark {spark_version} on {master}, {sources} -> {settings.sink.type}"
-        f"{writer}, state store {store.provider}{changelog}, {settings.spark.shuffle_partitions} shuffle partitions,"
-        f" checkpoint {settings.query.checkpoint_location}"
-    )
 
 
 def damaged_checkpoint_advice(message: str, checkpoint: str) -> list[str]:

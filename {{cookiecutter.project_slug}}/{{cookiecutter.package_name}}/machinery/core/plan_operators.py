@@ -57,7 +57,7 @@ class PlanOperator:
 
     @property
     def key_line(self) -> str:
-        """Its state key in the words of the checkpoint's state key record (job/state_key.py)."""
+        """Its state key in the words of the checkpoint's state key record (job/state_fit.py)."""
         lead = KEY_WORDS.get(self.node, f"{self.node} by")
         return f"{lead} {self.keys}"
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.checkpoint.files import CheckpointUnreadable, Logs, interrupted, local_checkpoint, read_logs
+from ..core.checkpoint.files import CheckpointRead, CheckpointUnreadable, interrupted, local_checkpoint, read_checkpoint
 from ..core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, provider_name
 from ..core.contract import PACKAGE
 from ..core.settings import Settings
@@ -51,6 +51,8 @@ class GuardReport:
     # What cannot be set back: output lost, say. One line each, with the way on.
     refusals: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # What the checkpoint's files say, for the checks that need the query's plan (None when not local).
+    held: CheckpointRead | None = None
 
     @property
     def consistent(self) -> bool:
@@ -68,21 +70,22 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     unfinished = interrupted(checkpoint)
     if unfinished is not None:  # checked first: mid-way the checkpoint may even be missing
         raise CheckpointUnreadable(unfinished.message())
-    logs = read_logs(checkpoint)
-    if logs.last_batch is None:
+    held = read_checkpoint(checkpoint)
+    report.held = held
+    if held.last_batch is None:
         report.notes.append(f"no checkpoint yet at {checkpoint}: this run starts one")
         return report
-    report.last_batch = logs.last_batch
-    report.drifts += conf_drifts(settings, logs.pinned)
-    report.drifts += format_version_drifts(settings, logs)
-    report.drifts += source_drifts(settings, logs.last_batch, logs.offsets)
+    report.last_batch = held.last_batch
+    report.drifts += conf_drifts(settings, held.pinned)
+    report.drifts += format_version_drifts(settings, held)
+    report.drifts += source_drifts(settings, held.last_batch, held.offsets)
     lost, note = lost_output(settings, checkpoint)
     report.refusals += lost
     report.notes += note
     if not any(drift.setting == "state_store.provider" for drift in report.drifts):
         report.notes += changelog_notes(settings, checkpoint)
-        if settings.state_store.provider == "rocksdb" and logs.last_committed is not None:
-            notes, refusals = snapshot_findings(settings, checkpoint, logs.last_committed)
+        if settings.state_store.provider == "rocksdb" and held.last_committed is not None:
+            notes, refusals = snapshot_findings(settings, checkpoint, held.last_committed)
             report.notes += notes
             report.refusals += refusals
     return report
@@ -135,11 +138,11 @@ def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
     return drifts
 
 
-def format_version_drifts(settings: Settings, logs: Logs) -> list[Drift]:
+def format_version_drifts(settings: Settings, checkpoint: CheckpointRead) -> list[Drift]:
     """The state checkpoint format is not among the offsets' confs: Spark reads it from the conf on each
     start. A commit record of format version 2 names the unique id of each state store's version (its
     files are named after it); one of version 1 does not."""
-    held = logs.format_version
+    held = checkpoint.format_version
     wanted = settings.state_store.integrity.checkpoint_format_version
     if held is None or held == wanted:
         return []
@@ -148,7 +151,7 @@ def format_version_drifts(settings: Settings, logs: Logs) -> list[Drift]:
             "state_store.integrity.checkpoint_format_version",
             str(wanted),
             str(held),
-            f"the state was written in format version {held} (see the commit records in {logs.checkpoint}/commits), and"
+            f"the state was written in format version {held} (see the commit records in {checkpoint.checkpoint}/commits), and"
             f" Spark would look for its files as version {wanted} names them.",
         )
     ]

@@ -9,18 +9,16 @@ from typing import TextIO
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from ..core.checkpoint.files import CheckpointRead
 from ..core.contract import QUERY_MODULE, user_query
 from ..core.plan_operators import PlanOperator, chain, flow_order, unsized
-from ..core.settings import Settings, SettingsError
+from ..core.settings import Settings
 from .endpoints.sinks import start_query
 from .endpoints.sources import read_events
-from .operator_list import check_operators
-from .progress import ProgressPrinter
+from .progress import ProgressPrinter, StateWatchdog
 from .query_plan import read_plan
-from .schema_evolution import check_state_schema
-from .state_key import check_state_key
+from .state_fit import check_fit
 from .stopping import StopSignals, stop_on_batch_boundary, terminated
-from .watchdog import StateWatchdog
 
 
 def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
@@ -30,20 +28,17 @@ def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
     return user_query().stateful_query(events, settings.query, join_events)
 
 
-def follow_plan(result: DataFrame, settings: Settings, remarks_to: TextIO) -> list[PlanOperator]:
-    """The stateful operators of the query about to run, checked before it starts: against the settings
-    (inputs, store, sink mode, capacity.operators), against the checkpoint's operators and their state
-    keys. Where the query module's OPERATOR names another operator, the plan wins, said in one line."""
+def follow_plan(
+    result: DataFrame, settings: Settings, held: CheckpointRead | None, remarks_to: TextIO
+) -> list[PlanOperator]:
+    """The stateful operators of the query about to run, checked before it starts against the settings
+    and the checkpoint's state (state_fit.py). Where the query module's OPERATOR names another
+    operator, the plan wins, said in one line."""
     plan = read_plan(result)
-    # The checkpoint's operators first: when the query no longer fits its state, that is the news.
-    check_operators(plan, settings.query.checkpoint_location)
-    problems = settings.plan_problems(plan)
-    if problems:
-        raise SettingsError(problems)
-    note = check_state_key(result.sparkSession, result, settings.query.checkpoint_location)
+    note, evolutions = check_fit(result, plan, settings, held, record_key=True)
     if note:
         print(f"checkpoint: {note}", file=remarks_to, flush=True)
-    for evolution in check_state_schema(result, plan, settings.query.checkpoint_location):
+    for evolution in evolutions:
         print(f"state schema: {evolution}", file=remarks_to, flush=True)
     for operator in plan:
         if not operator.known:
@@ -59,21 +54,36 @@ def follow_plan(result: DataFrame, settings: Settings, remarks_to: TextIO) -> li
     return plan
 
 
+def startup_line(spark: SparkSession, settings: Settings) -> str:
+    store = settings.state_store
+    changelog = " with changelog checkpointing" if store.changelog_checkpointing else ""
+    writer = f" ({settings.sink.delta_writer})" if settings.sink.delta_writer else ""
+    sources = " + ".join(source.type for source in settings.inputs.values())
+    return (
+        f"{settings.query.name}: Spark {spark.version} on {spark.sparkContext.master}, {sources} ->"
+        f" {settings.sink.type}{writer}, state store {store.provider}{changelog},"
+        f" {settings.spark.shuffle_partitions} shuffle partitions, checkpoint {settings.query.checkpoint_location}"
+    )
+
+
 def run_query(
     spark: SparkSession,
     settings: Settings,
     max_batches: int | None = None,
     timeout_seconds: float | None = None,
     progress_to: TextIO | None = None,
+    held: CheckpointRead | None = None,
 ) -> StreamingQuery:
     """Run until the query ends, `max_batches` batches are committed, the timeout passes, or the
     process gets SIGTERM or SIGINT; each of the last three stops on a batch boundary (stopping.py).
+    `held`: what the checkpoint's files said when the guard read them, for the plan's checks (state_fit.py);
+    None (a scratch or test run) leaves them the state key record alone to compare with.
     """
     monitoring = settings.monitoring
     progress_to = sys.stdout if progress_to is None else progress_to  # the standard output of now, not of import time
     remarks_to = monitoring.remarks_to(progress_to)
     result = build_result(spark, settings)
-    plan = follow_plan(result, settings, remarks_to)
+    plan = follow_plan(result, settings, held, remarks_to)
     watchdog = StateWatchdog(
         settings.sizing(plan) if any(operator.known for operator in plan) else None,
         settings.state_store.provider,
@@ -96,7 +106,14 @@ def run_query(
                         file=remarks_to,
                         flush=True,
                     )
-                    stop_on_batch_boundary(spark, query, result, settings, signals, remarks_to)
+                    stop_on_batch_boundary(
+                        spark,
+                        query,
+                        lambda: start_query(result, settings.sink, settings.query, one_batch=True),
+                        settings,
+                        signals,
+                        remarks_to,
+                    )
                     break
         return query
     finally:

@@ -14,7 +14,7 @@ This says the same before a start, per state variable, by the rules Spark 4.2.1 
 - a state variable added starts empty; one no longer declared keeps its state in the checkpoint, unread.
 
 The other operators' state schemas follow from the query's columns and Spark compares them the
-UnsafeRow way; their state key is checked by state_key.py, and Spark's own refusal of a value change
+UnsafeRow way; their state key is checked by state_fit.py, and Spark's own refusal of a value change
 is explained when the first batch fails (docs/state.md).
 """
 
@@ -22,11 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.checkpoint.files import latest_offsets, local_checkpoint
-from ..core.checkpoint.state_schema import ColumnFamily, operator_schemas, recorded_encoding
+from ..core.checkpoint.files import CheckpointRead, ColumnFamily, recorded_encoding
 from ..core.plan_operators import PlanOperator
 from .processor_state import PLAN_NODE, StateVariable, declared_state
 
@@ -59,7 +57,7 @@ class StateSchemaRefused(Exception):
 
 
 def schema_changes(
-    checkpoint: Path,
+    held: CheckpointRead,
     plan: Sequence[PlanOperator],
     declared: Sequence[Sequence[StateVariable] | None],
     encoding: str,
@@ -69,11 +67,11 @@ def schema_changes(
     processors = [operator for operator in plan if operator.node == PLAN_NODE]
     changes = []
     for operator, variables in zip(processors, declared, strict=False):
-        held = operator_schemas(checkpoint, operator.operator_id)
-        if variables is None or held is None:
+        schemas = held.schemas.get(operator.operator_id)
+        if variables is None or schemas is None:
             continue
         where = f"{operator.kind} (operator {operator.operator_id})"
-        changes += _variable_changes(where, variables, held, encoding)
+        changes += _variable_changes(where, variables, schemas, encoding)
     return changes
 
 
@@ -197,24 +195,17 @@ def evolutions(changes: Sequence[SchemaChange]) -> list[str]:
     return [f"{change.where}: {change.what}; Spark accepts it" for change in changes if change.accepted]
 
 
-def state_schema_drift(result: DataFrame, plan: Sequence[PlanOperator], location: str) -> tuple[str | None, list[str]]:
+def state_schema_drift(
+    result: DataFrame, plan: Sequence[PlanOperator], held: CheckpointRead | None, location: str
+) -> tuple[str | None, list[str]]:
     """(the refusal line, or None; the accepted evolutions) of the query's custom_state schemas against
-    the checkpoint at location. Nothing to compare without a local checkpoint or a custom_state operator."""
-    folder = local_checkpoint(location)
-    latest = None if folder is None else latest_offsets(folder)
-    if folder is None or latest is None or not any(operator.node == PLAN_NODE for operator in plan):
+    the checkpoint's at location. Nothing to compare without a local checkpoint that logged a batch, or
+    without a custom_state operator."""
+    if held is None or held.last_batch is None or not any(operator.node == PLAN_NODE for operator in plan):
         return None, []
-    encoding = recorded_encoding(latest[1])
-    changes = schema_changes(folder, plan, declared_state(result), encoding)
+    encoding = recorded_encoding(held.pinned)
+    changes = schema_changes(held, plan, declared_state(result), encoding)
     return refusal(changes, location, encoding), evolutions(changes)
-
-
-def check_state_schema(result: DataFrame, plan: Sequence[PlanOperator], location: str) -> list[str]:
-    """Raise StateSchemaRefused with state_schema_drift's line; return the evolutions Spark will make."""
-    refused, accepted = state_schema_drift(result, plan, location)
-    if refused:
-        raise StateSchemaRefused(refused)
-    return accepted
 
 
 # Spark's refusals of a changed state schema, found while it plans the first batch after a restart.

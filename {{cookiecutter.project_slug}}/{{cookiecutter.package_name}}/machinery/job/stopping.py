@@ -15,19 +15,16 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from ..core.checkpoint.files import last_committed, latest_offsets, local_checkpoint
-from ..core.durations import parse_duration
+from ..core.checkpoint.files import last_committed, local_checkpoint, unfinished_batch
 from ..core.settings import Settings
 from ..core.text import first_line
-from .endpoints.sinks import start_query
 
 POLL_SECONDS = 0.2
 # What signal.signal installs and returns: a function, SIG_DFL or SIG_IGN, or None (not set from Python).
@@ -100,28 +97,18 @@ def terminated(query: StreamingQuery, stopping: bool, remarks_to: TextIO) -> boo
         return True
 
 
-def unfinished_batch(checkpoint: Path | None) -> int | None:
-    """The batch whose offsets are logged and which has no commit, if the checkpoint ends with one."""
-    if checkpoint is None:
-        return None
-    latest, committed = latest_offsets(checkpoint), last_committed(checkpoint)
-    if latest is None or (committed is not None and committed >= latest[0]):
-        return None
-    return latest[0]
-
-
 def stop_on_batch_boundary(
     spark: SparkSession,
     query: StreamingQuery,
-    result: DataFrame,
+    one_batch: Callable[[], StreamingQuery],
     settings: Settings,
     signals: StopSignals,
     remarks_to: TextIO,
 ) -> None:
-    """Let the batch in flight commit, stop between batches, and run alone a batch left without its
-    commit; each step within query.stop_timeout (a second signal ends the wait). Says how it ended."""
-    deadline = time.monotonic() + parse_duration(settings.query.stop_timeout)
-    checkpoint = local_checkpoint(settings.query.checkpoint_location)
+    """Let the batch in flight commit, stop between batches, and run alone (one_batch starts the query
+    for that) a batch left without its commit; each step within query.stop_timeout (a second signal
+    ends the wait). Says how it ended."""
+    deadline = time.monotonic() + settings.query.stop_timeout_seconds
 
     def waiting() -> bool:
         return time.monotonic() < deadline and not signals.insisted
@@ -136,42 +123,43 @@ def stop_on_batch_boundary(
             break
     stop_quietly(spark, query)
     terminated(query, True, remarks_to)
+    checkpoint = local_checkpoint(settings.query.checkpoint_location)
+    if checkpoint is None:
+        print(
+            "stopped between batches (the checkpoint is not local: its last batch is not checked here)", file=remarks_to
+        )
+        return
     batch = unfinished_batch(checkpoint)
     if batch is not None and waiting():
         # The next trigger fired before the stop: its batch is logged; run it alone, on its logged input
         # (a once trigger runs the unfinished batch and nothing more).
         print(f"stopping: batch {batch} had started; running it alone to its commit", file=remarks_to, flush=True)
         spark.sparkContext.setLogLevel("WARN")
-        again = start_query(result, settings.sink, settings.query, one_batch=True)
+        again = one_batch()
         while not terminated(again, False, remarks_to) and waiting():
             pass
         if again.isActive:
             stop_quietly(spark, again)
             terminated(again, True, remarks_to)
         batch = unfinished_batch(checkpoint)
+    if batch is None:
+        committed = last_committed(checkpoint)
+        last = f"batch {committed} committed" if committed is not None else "no batch ran"
+        print(f"stopped on a batch boundary: {last}, nothing in flight", file=remarks_to, flush=True)
+        return
+    why = (
+        "a second signal asked to stop at once"
+        if signals.insisted
+        else f"it did not commit within query.stop_timeout ({settings.query.stop_timeout})"
+    )
     print(
-        _how_it_stopped(checkpoint, batch, settings.query.stop_timeout, signals.insisted), file=remarks_to, flush=True
+        f"stopped: batch {batch} was abandoned uncommitted ({why}); the next start replays it, and a repartition"
+        " needs --finish-last-batch to run it first",
+        file=remarks_to,
+        flush=True,
     )
 
 
 def _last_batch(query: StreamingQuery) -> int:
     progress = query.lastProgress
     return -1 if progress is None else int(progress["batchId"])
-
-
-def _how_it_stopped(checkpoint: Path | None, batch: int | None, stop_timeout: str, insisted: bool) -> str:
-    if checkpoint is None:
-        return "stopped between batches (the checkpoint is not local: its last batch is not checked here)"
-    if batch is None:
-        committed = last_committed(checkpoint)
-        last = f"batch {committed} committed" if committed is not None else "no batch ran"
-        return f"stopped on a batch boundary: {last}, nothing in flight"
-    why = (
-        "a second signal asked to stop at once"
-        if insisted
-        else f"it did not commit within query.stop_timeout ({stop_timeout})"
-    )
-    return (
-        f"stopped: batch {batch} was abandoned uncommitted ({why}); the next start replays it, and a repartition"
-        " needs --finish-last-batch to run it first"
-    )

@@ -39,7 +39,7 @@ from ..core.checkpoint.files import (
     last_committed,
     latest_offsets,
     local_checkpoint,
-    read_logs,
+    read_checkpoint,
 )
 from ..core.checkpoint.run_lock import holder
 from ..core.checkpoint.sink_log import remove_entries_after
@@ -102,14 +102,14 @@ def plan(location: str, partitions: int, finish_last_batch: bool = False) -> Pla
             " before it changes it. Copy the checkpoint to a local disk (or a mount such as /dbfs), repartition"
             " it there and copy it back with the job stopped"
         )
-    logs = read_logs(checkpoint)
-    if logs.last_batch is None or logs.last_committed is None:
+    held = read_checkpoint(checkpoint)
+    if held.last_batch is None or held.last_committed is None:
         raise RepartitionRefused(
             f"no committed batch in {checkpoint}: there is no state to move yet. Set spark.shuffle_partitions"
             f" to {partitions} before the first run instead: that run pins it"
         )
-    last_batch, last_committed = logs.last_batch, logs.last_committed
-    provider = provider_name(logs.pinned.get(PROVIDER_CONF, ""))
+    committed = held.last_committed
+    provider = provider_name(held.pinned.get(PROVIDER_CONF, ""))
     if provider != "rocksdb":
         raise RepartitionRefused(
             f"{checkpoint} holds the state of the {provider} store, and Spark's repartitioning rewrites RocksDB"
@@ -123,12 +123,12 @@ def plan(location: str, partitions: int, finish_last_batch: bool = False) -> Pla
             f"{checkpoint} is in use by {holding_it}: stop the job first (repartitioning under a running query"
             " damages the checkpoint)"
         )
-    chosen = Plan(checkpoint, last_batch, last_committed, _pinned_partitions(checkpoint, last_committed), partitions)
+    chosen = Plan(checkpoint, held.last_batch, committed, _pinned_partitions(checkpoint, committed), partitions)
     if chosen.unfinished_batch is not None:
         chosen = dataclasses.replace(chosen, finish_first=_job_batch_to_finish(chosen, finish_last_batch))
     if partitions == chosen.partitions_now:
         raise RepartitionRefused(
-            f"{checkpoint} already holds its state in {partitions} partitions (batch {last_committed}): nothing to"
+            f"{checkpoint} already holds its state in {partitions} partitions (batch {committed}): nothing to"
             f" do. Give --partitions another count, or set spark.shuffle_partitions to {partitions}"
         )
     if chosen.copy.exists():

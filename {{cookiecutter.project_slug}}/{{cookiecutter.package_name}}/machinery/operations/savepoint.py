@@ -30,7 +30,7 @@ from ..core.checkpoint.files import (
     latest_offsets,
     local_checkpoint,
     query_id,
-    read_logs,
+    read_checkpoint,
 )
 from ..core.checkpoint.run_lock import LOCK_FILE, holder
 from ..core.confs import INTEGRITY_CONFS
@@ -83,19 +83,19 @@ def plan_create(settings: Settings, target: Path) -> Origin:
         raise SavepointRefused(unfinished.message())
     if not (checkpoint / "offsets").is_dir():
         raise SavepointRefused(f"no checkpoint at {checkpoint} (no offsets folder): there is nothing to save yet")
-    logs = read_logs(checkpoint)
+    held = read_checkpoint(checkpoint)
     running = holder(checkpoint)
     if running is not None:
         raise SavepointRefused(
             f"{checkpoint} is in use by {running}: stop the job first (it lands on a batch boundary), then take"
             " the savepoint; a copy taken under a running job can hold half a batch"
         )
-    batch = logs.last_committed
-    if batch is None or logs.last_batch is None:
+    batch = held.last_committed
+    if batch is None or held.last_batch is None:
         raise SavepointRefused(f"{checkpoint} has no committed batch yet: there is no state to save")
-    if logs.last_batch != batch:
+    if held.last_batch != batch:
         raise SavepointRefused(
-            f"batch {logs.last_batch} of {checkpoint} is logged but not committed (the job was stopped in the middle of"
+            f"batch {held.last_batch} of {checkpoint} is logged but not committed (the job was stopped in the middle of"
             f" it): a savepoint holds committed batches only. Start the job and let it commit (python main.py"
             f" --max-batches 1 runs that batch and stops), or, on RocksDB, python -m {PACKAGE} repartition"
             " --finish-last-batch; then take the savepoint"

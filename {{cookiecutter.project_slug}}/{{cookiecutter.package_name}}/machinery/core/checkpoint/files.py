@@ -3,17 +3,19 @@
 Spark keeps a checkpoint in logs of numbered files: `offsets/<batch>` (a version line, a metadata
 line with the watermark and the pinned confs, then one offset per source), `commits/<batch>`, the
 query's `metadata` (its id), `state/<operator>/_metadata` (each stateful operator, what Spark's
-state-metadata source reads) and, beside them, the schema files (core/checkpoint/state_schema.py)
-and the sink's log (core/checkpoint/sink_log.py). Every caller takes what this module reads; none
+state-metadata source reads) and the state schema files; beside them lies the sink's log
+(core/checkpoint/sink_log.py). Every caller takes what this module reads; none
 parses a log itself. A file it cannot parse raises CheckpointUnreadable naming the file and the way on.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..confs import ENCODING_CONF
 from ..contract import PACKAGE
 from .copying import PARTIAL
 
@@ -26,10 +28,11 @@ def local_checkpoint(location: str) -> Path | None:
 
 
 @dataclass(frozen=True)
-class Logs:
-    """What a checkpoint's offsets and commits say, read once: the newest logged batch, the confs it
-    pins and its source offsets, the newest committed batch and the state format version of its
-    record (None where there is none yet)."""
+class CheckpointRead:
+    """What a checkpoint's files say, read once: the newest logged batch, the confs it pins and its
+    source offsets, the newest committed batch and the state format version of its record (None where
+    there is none yet), each stateful operator's info from its state metadata, by operator id, and the
+    state schemas in force for each (None for an operator without schema files)."""
 
     checkpoint: Path
     last_batch: int | None
@@ -37,15 +40,30 @@ class Logs:
     offsets: list[str]
     last_committed: int | None
     format_version: int | None
+    operators: list[dict]
+    schemas: dict[int, list[ColumnFamily] | None]
 
 
-def read_logs(checkpoint: Path) -> Logs:
-    """The checkpoint's logs, after check_log_files has named any damage Spark would report badly."""
+def read_checkpoint(checkpoint: Path) -> CheckpointRead:
+    """The checkpoint's files, after check_log_files has named any damage Spark would report badly."""
     check_log_files(checkpoint)
     latest = latest_offsets(checkpoint)
     last_batch, pinned = latest if latest is not None else (None, {})
     offsets = [] if last_batch is None else source_offsets(checkpoint, last_batch)
-    return Logs(checkpoint, last_batch, pinned, offsets, last_committed(checkpoint), held_format_version(checkpoint))
+    committed = last_committed(checkpoint)
+    record = None if committed is None else commit_record(checkpoint, committed)
+    operators = stateful_operators(checkpoint)
+    ids = [int(info["operatorId"]) for info in operators]
+    schemas = {operator: operator_schemas(checkpoint, operator) for operator in ids}
+    return CheckpointRead(
+        checkpoint, last_batch, pinned, offsets, committed, format_version(record), operators, schemas
+    )
+
+
+def read_local(location: str) -> CheckpointRead | None:
+    """read_checkpoint of a checkpoint on the local file system, None for one elsewhere."""
+    checkpoint = local_checkpoint(location)
+    return None if checkpoint is None else read_checkpoint(checkpoint)
 
 
 def latest_offsets(checkpoint: Path) -> tuple[int, dict[str, str]] | None:
@@ -61,6 +79,14 @@ def last_committed(checkpoint: Path) -> int | None:
     """The newest batch with a commit record, None before the first commit."""
     path = highest_numbered(checkpoint / "commits")
     return None if path is None else int(path.name)
+
+
+def unfinished_batch(checkpoint: Path) -> int | None:
+    """The batch whose offsets are logged and which has no commit, if the checkpoint ends with one."""
+    latest, committed = latest_offsets(checkpoint), last_committed(checkpoint)
+    if latest is None or (committed is not None and committed >= latest[0]):
+        return None
+    return latest[0]
 
 
 def batch_metadata(checkpoint: Path, batch: int) -> dict | None:
@@ -119,10 +145,9 @@ RESTORE_OR_RESTART = (
 def check_log_files(checkpoint: Path) -> None:
     """Damage Spark reports badly or not at all, found before it starts: a half-written `metadata`
     (a Java stack trace otherwise), and a log entry's checksum file left without the entry (Spark
-    then claims another query uses the checkpoint)."""
+    then claims another query uses the checkpoint). A half-written commit record is named where it is read."""
     if (checkpoint / "metadata").is_file():
         query_id(checkpoint)
-    commit_record(checkpoint)
     for log in ("offsets", "commits"):
         folder = checkpoint / log
         for checksum in sorted(folder.glob(".*.crc")) if folder.is_dir() else ():
@@ -168,7 +193,10 @@ def commit_record(checkpoint: Path, batch: int | None = None) -> dict | None:
 def held_format_version(checkpoint: Path, batch: int | None = None) -> int | None:
     """The state checkpoint format version of a batch's commit record (the newest one unless given): 2
     when it names the state files' unique ids. None without a record. Spark does not pin it."""
-    record = commit_record(checkpoint, batch)
+    return format_version(commit_record(checkpoint, batch))
+
+
+def format_version(record: dict | None) -> int | None:
     return None if record is None else 2 if "stateUniqueIds" in record else 1
 
 
@@ -203,6 +231,113 @@ def _newest_metadata(folder: Path) -> Path | None:
     if (folder / "metadata").is_file():  # version 1
         return folder / "metadata"
     return highest_numbered(folder / "v2")
+
+
+# The state schemas. Spark writes each stateful operator's key and value schemas when a query first
+# plans it: transformWithState in `state/<op>/_stateSchema/<store>/<batch>_<uuid>` (format v3, one entry
+# per state variable and internal column family; the newest `state/<op>/_metadata/v2/<batch>` names the
+# file in force), the other operators in `state/<op>/<partition 0>[/<store>]/_metadata/schema` (format
+# v2). Both are Java DataOutputStream records: a UTF string is a 2-byte length and its bytes, a JSON
+# schema a 4-byte count of such strings, joined.
+
+# What Spark uses when a checkpoint's offsets record no encoding (checkpoints of Spark before 4.0).
+DEFAULT_ENCODING = "unsaferow"
+
+
+@dataclass(frozen=True)
+class ColumnFamily:
+    """One store's (or one state variable's) key and value schema, as Spark's JSON of a StructType;
+    for a state variable, its kind as the operator metadata records it (ValueState, ListState, MapState)."""
+
+    name: str
+    key: dict
+    value: dict
+    kind: str | None = None
+
+
+class _Reader:
+    def __init__(self, path: Path) -> None:
+        self.path, self.data, self.at = path, path.read_bytes(), 0
+
+    def take(self, size: int) -> bytes:
+        if self.at + size > len(self.data):
+            raise CheckpointUnreadable(f"{self.path}: a state schema file cut short; {RESTORE_OR_RESTART}")
+        chunk = self.data[self.at : self.at + size]
+        self.at += size
+        return chunk
+
+    def number(self, size: int) -> int:
+        return int(struct.unpack(">h" if size == 2 else ">i", self.take(size))[0])
+
+    def text(self) -> str:
+        return self.take(self.number(2)).decode("utf-8")
+
+    def schema(self) -> dict:
+        joined = "".join(self.text() for _ in range(self.number(4)))
+        try:
+            return dict(json.loads(joined))
+        except (TypeError, ValueError):
+            raise CheckpointUnreadable(f"{self.path}: not a Spark state schema file; {RESTORE_OR_RESTART}") from None
+
+
+def read_schema_file(path: Path) -> list[ColumnFamily]:
+    """The column families of one schema file (format v2 or v3); CheckpointUnreadable for another."""
+    reader = _Reader(path)
+    version = reader.text()
+    if version == "v2":
+        return [ColumnFamily("default", reader.schema(), reader.schema())]
+    if version != "v3":
+        raise CheckpointUnreadable(f"{path}: state schema format {version!r}, which this check does not read")
+    families = []
+    for _ in range(reader.number(4)):
+        name = reader.text()
+        reader.number(2)  # the key schema's id
+        key = reader.schema()
+        reader.number(2)  # the value schema's id
+        families.append(ColumnFamily(name, key, reader.schema()))
+        reader.schema()  # the key encoder's spec
+        reader.schema()  # the user key encoder's schema (map state)
+    return families
+
+
+def operator_schemas(checkpoint: Path, operator_id: int) -> list[ColumnFamily] | None:
+    """The schemas in force for one operator: its newest v3 file, else its v2 files; None without any."""
+    folder = checkpoint / "state" / str(operator_id)
+    found = newest_state_metadata_v2(checkpoint, operator_id)
+    if found is not None:
+        newest, metadata = found
+        stores = metadata["stateStoreInfo"]
+        try:
+            properties = json.loads(metadata.get("operatorPropertiesJson") or "{}")
+        except ValueError:
+            raise CheckpointUnreadable(f"{newest}: not a Spark state metadata file; {RESTORE_OR_RESTART}") from None
+        kinds = {v["stateName"]: v["stateVariableType"] for v in properties.get("stateVariables", [])}
+        # The file names, found under this checkpoint: it may have been moved since Spark wrote the paths.
+        files = [
+            folder / "_stateSchema" / store["storeName"] / Path(path).name
+            for store in stores
+            for path in store.get("stateSchemaFilePaths", [])
+        ]
+        if files:
+            return [
+                ColumnFamily(family.name, family.key, family.value, kinds.get(family.name))
+                for path in files
+                if path.is_file()
+                for family in read_schema_file(path)
+            ]
+    v2_files = sorted((folder / "0").glob("**/_metadata/schema"))
+    if not v2_files:
+        return None
+    families = []
+    for path in v2_files:
+        store = path.parent.parent.name
+        families += [ColumnFamily(store if store != "0" else "default", f.key, f.value) for f in read_schema_file(path)]
+    return families
+
+
+def recorded_encoding(pinned: dict[str, str]) -> str:
+    """The state encoding a checkpoint's offsets pin (Spark keeps it for the checkpoint's life)."""
+    return pinned.get(ENCODING_CONF, DEFAULT_ENCODING)
 
 
 # What an unfinished repartition leaves beside a checkpoint (operations/repartition.py makes these names).

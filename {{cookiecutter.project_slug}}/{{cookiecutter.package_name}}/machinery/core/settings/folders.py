@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
+from ..checkpoint.files import local_checkpoint
 from .model import Settings
 
 
@@ -18,7 +18,10 @@ def overlapping_folders(settings: Settings) -> list[str]:
     for section, source in settings.inputs.items():
         if source.type == "files":
             places[f"{section}.files.path"] = source.files.path
-    local = {setting: folder for setting, location in places.items() if (folder := _local_folder(location))}
+    # Each as the file system resolves it (symbolic links, ..); remote storage is left out.
+    local = {
+        setting: folder.resolve() for setting, location in places.items() if (folder := local_checkpoint(location))
+    }
     lines = []
     for (one, one_folder), (other, other_folder) in itertools.combinations(local.items(), 2):
         if one.endswith(".files.path") and other.endswith(".files.path"):
@@ -51,10 +54,3 @@ def overlapping_folders(settings: Settings) -> list[str]:
             " directory, side by side"
         )
     return lines
-
-
-def _local_folder(location: str) -> Path | None:
-    """A local path as the file system resolves it (symbolic links, ..), None for remote storage."""
-    if "://" in location and not location.startswith("file:"):
-        return None
-    return Path(location.removeprefix("file://").removeprefix("file:")).resolve()

@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ..checkpoint.files import local_checkpoint
 from ..confs import MANAGED_CONFS, MANAGED_PREFIXES
 from ..contract import QUERY_MODULE, user_query
 from ..durations import AVAILABLE_NOW, parse_duration
@@ -186,6 +187,10 @@ class RateSourceSettings(Section):
         if parse_duration(value) < 0.001:
             raise ValueError("the rate-micro-batch source advances in whole milliseconds; use 1 millisecond or more")
         return value
+
+    @property
+    def advance_millis(self) -> int:
+        return round(parse_duration(self.advance_per_batch) * 1000)
 
 
 OnBadRecord = Literal["fail", "drop"]
@@ -395,6 +400,14 @@ class QuerySettings(Section):
         """none or off (YAML reads an unquoted off as false) say no bound, as null does."""
         words = ("none", "off", "null")
         return None if value is False or (isinstance(value, str) and value.strip().lower() in words) else value
+
+    @property
+    def stop_timeout_seconds(self) -> float:
+        return parse_duration(self.stop_timeout)
+
+    @property
+    def max_ahead_seconds(self) -> float | None:
+        return None if self.max_event_time_ahead is None else parse_duration(self.max_event_time_ahead)
 
     def state_span(self) -> str | None:
         """The duration a state row lives on top of the watermark (the window, the join range, the
@@ -630,9 +643,9 @@ class Settings(BaseSettings):
 
 def nearest_existing_folder(location: str) -> Path | None:
     """The local folder that is location or its nearest existing parent; None for remote storage."""
-    if "://" in location and not location.startswith("file:"):
+    folder = local_checkpoint(location)
+    if folder is None:
         return None
-    folder = Path(location.removeprefix("file:"))
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     return folder
@@ -654,7 +667,7 @@ def _write_problems(setting: str, location: str) -> list[str]:
             f"{setting} = {location!r}: cannot write in {folder} ({error.strerror}); choose a directory this"
             " user can write to, or fix its permissions"
         ]
-    if folder != Path(location.removeprefix("file:")):
+    if folder != local_checkpoint(location):
         return []
     # The job also writes inside: a checkpoint's logs and state folders, a sink's log. A folder there
     # made read-only (or owned by another user) fails the batch, which reads like damage.

@@ -1,13 +1,26 @@
-"""Start the streaming write for the configured sink."""
+"""Start the streaming write for the configured sink, and the `deltalake` writer.
+
+The `deltalake` writer commits each micro-batch to a Delta table by delta-rs, exactly once. Spark's
+foreachBatch is at-least-once: after a crash between the table commit and Spark's own commit of the
+batch, Spark runs the same batch id again. Every commit here carries a Delta application transaction
+(app id = the query id, version = the batch id), the mechanism the JVM Delta sink uses too, and a
+batch whose id the table has already recorded is skipped.
+
+Limit: each batch is collected to the driver as Arrow and written from there, so batches must fit
+in driver memory and the write does not scale out. The delta-spark writer has neither limit.
+"""
 
 from __future__ import annotations
+
+import threading
 
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from ...core.durations import AVAILABLE_NOW
 from ...core.settings import QuerySettings, SinkSettings
-from .delta_writer import DeltaLakeBatchWriter
+
+BIND_TIMEOUT_SECONDS = 60
 
 
 def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings, one_batch: bool = False) -> StreamingQuery:
@@ -36,3 +49,70 @@ def _with_trigger(writer: DataStreamWriter, trigger: str) -> DataStreamWriter:
     if trigger == AVAILABLE_NOW:
         return writer.trigger(availableNow=True)
     return writer.trigger(processingTime=trigger)
+
+
+class DeltaLakeBatchWriter:
+    """A foreachBatch function writing to the Delta table at `path`; call bind(query.id) after start()."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._query_id: str | None = None
+        self._bound = threading.Event()
+        self.skipped_batches: list[int] = []
+
+    def bind(self, query_id: str) -> None:
+        """The app id is the query id, which stays the same across restarts on one checkpoint."""
+        self._query_id = query_id
+        self._bound.set()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        if not self._bound.wait(BIND_TIMEOUT_SECONDS):
+            raise RuntimeError("DeltaLakeBatchWriter was not bound to its query; call bind(query.id) after start()")
+        app_id = str(self._query_id)
+        if committed_version(self.path, app_id) >= batch_id:
+            # Still run the batch, without output: its state store updates must commit again, and
+            # Spark fails the query when a stateful batch ends without them.
+            batch.write.format("noop").mode("overwrite").save()
+            self.skipped_batches.append(batch_id)
+            print(
+                f"batch {batch_id}: already in the Delta table {self.path} (a replay after a restart); not written again"
+            )
+            return
+        data = batch.toArrow()
+        if data.num_rows == 0:
+            return
+        write_deltalake(
+            self.path,
+            data,
+            mode="append",
+            commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=batch_id)]),
+        )
+
+
+def committed_version(path: str, app_id: str) -> int:
+    """The last batch id the table recorded for this query, or -1 when there is none (or no table yet)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(path)
+    except TableNotFoundError:
+        return -1
+    version = table.transaction_version(app_id)
+    return -1 if version is None else version
+
+
+class MissingPackageError(Exception):
+    """A Python package the settings need is not installed."""
+
+
+def require_deltalake() -> None:
+    """Fail before Spark starts when the writer's package is missing."""
+    try:
+        import deltalake  # noqa: F401
+    except ImportError:
+        raise MissingPackageError(
+            "sink.delta.writer is deltalake but the deltalake package is not installed; pip install deltalake"
+        ) from None

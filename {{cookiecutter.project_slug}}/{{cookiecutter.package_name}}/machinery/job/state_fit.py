@@ -1,0 +1,169 @@
+"""Whether the checkpoint's state fits the query about to run, read from the query's plan before a
+start (and by `check`). The first misfit is refused in one line with the way out; the checkpoint is
+left as it was.
+
+- The stateful operators. Spark records each one in `state/<operator id>/_metadata` (its name and
+  its stores). A query whose operators are the same, in the same order, restarts on that state; one
+  with an operator added, removed or swapped would read another operator's state, or none.
+- The columns that key each operator's state. Spark checks a restarted query's state schema by
+  column types only. Grouping by another column of the same type (say `event_id` instead of `key`,
+  both strings) passes that check, and the old state is read back under the new key: wrong counts,
+  silently (seen on Spark 4.2.1). So the first run records each operator's key in `state_key.json`
+  in the checkpoint directory, and every later start compares the query's key with that record.
+- custom_state's state schemas (schema_evolution.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import DataFrame, SparkSession
+
+from ..core.checkpoint.files import CheckpointRead, CheckpointUnreadable
+from ..core.operators import BY_SPARK_NAME
+from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
+from ..core.settings import Settings, SettingsError
+from .query_plan import read_plan
+from .schema_evolution import StateSchemaRefused, state_schema_drift
+
+RECORD_NAME = "state_key.json"
+
+_BY_SPARK_NAME = BY_SPARK_NAME | {spark: node for node, spark in OTHER_STATEFUL.items()}
+
+
+class OperatorsChanged(Exception):
+    """The query's stateful operators are not those whose state the checkpoint holds."""
+
+
+def operators_drift(plan: Sequence[PlanOperator], held: CheckpointRead | None, checkpoint: str) -> str | None:
+    """One line when the plan's operators differ by kind or order from those the checkpoint at
+    `checkpoint` holds state for (held; None when it is not on the local file system), else None."""
+    if held is None:
+        return None
+    recorded = [_BY_SPARK_NAME.get(info["operatorName"], info["operatorName"]) for info in held.operators]
+    now = [operator.kind for operator in plan]
+    if not recorded or recorded == now:
+        return None
+    held_flow = list(reversed(recorded))
+    now_flow = [operator.kind for operator in flow_order(plan)]
+    return (
+        f"the query's stateful operators changed: the checkpoint {checkpoint} holds the state of"
+        f" {chain(held_flow)}, and the query now runs {chain(now_flow)} ({_difference(held_flow, now_flow)})."
+        " Spark keeps each operator's state by its place in the query, so the state cannot serve the new"
+        f" query. Either change the query back to {chain(held_flow)}, or set query.checkpoint_location to a new"
+        " directory and reprocess the input from the start."
+    )
+
+
+def _difference(held: list[str], now: list[str]) -> str:
+    added = list((Counter(now) - Counter(held)).elements())
+    removed = list((Counter(held) - Counter(now)).elements())
+    parts = [f"{name} added" for name in added] + [f"{name} removed" for name in removed]
+    return ", ".join(parts) or "the same operators in another order"
+
+
+def state_keys(result: DataFrame) -> list[str]:
+    """One line per stateful operator of the query's plan, in Spark's operator order: its kind and its
+    key columns, such as `aggregation by window struct<start:timestamp,end:timestamp>, key string`."""
+    return [operator.key_line for operator in read_plan(result)]
+
+
+class StateKeyChanged(Exception):
+    """The query keys its state by other columns than those the checkpoint's state was written with."""
+
+    def __init__(self, record: str, recorded: list[str], now: list[str]) -> None:
+        super().__init__(
+            f"the state key changed: the state in this checkpoint was written keyed by {'; '.join(recorded)},"
+            f" and this query keys it by {'; '.join(now) or 'nothing (no stateful operator)'} (recorded in"
+            f" {record}). Spark would read the old state under the new key without an error and give wrong"
+            " results. Either change the query back, or set query.checkpoint_location to a new directory and"
+            " reprocess the input from the start."
+        )
+
+
+class KeyRecord:
+    """state_key.json in the checkpoint directory, read and written through Hadoop's file system
+    API, so that it works wherever Spark can write the checkpoint (local, HDFS, S3, ABFS)."""
+
+    def __init__(self, spark: SparkSession, checkpoint: str) -> None:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None  # set by the first SparkContext of the process
+        self._jvm = jvm
+        self.location = checkpoint.rstrip("/") + "/" + RECORD_NAME
+        self._path = jvm.org.apache.hadoop.fs.Path(self.location)
+        self._fs = self._path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        self._io = jvm.org.apache.commons.io.IOUtils
+
+    def read(self) -> list[str] | None:
+        if not self._fs.exists(self._path):
+            return None
+        try:
+            stream = self._fs.open(self._path)
+            try:
+                keys = json.loads(self._io.toString(stream, "UTF-8"))["state_keys"]
+            finally:
+                stream.close()
+        except (Py4JJavaError, json.JSONDecodeError, KeyError, TypeError):  # Java: a checksum mismatch
+            keys = None
+        if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
+            raise CheckpointUnreadable(
+                f"{self.location}: not a state key record (damaged?); remove it if the query's state key is"
+                " unchanged (the next start records it again), or restore the checkpoint from a copy"
+            )
+        return keys
+
+    def has_commits(self) -> bool:
+        commits = self._jvm.org.apache.hadoop.fs.Path(self._path.getParent(), "commits")
+        if not self._fs.exists(commits):
+            return False
+        return any(status.getPath().getName().isdigit() for status in self._fs.listStatus(commits))
+
+    def write(self, keys: list[str]) -> None:
+        text = json.dumps({"state_keys": keys}, indent=2) + "\n"
+        stream = self._fs.create(self._path, True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+
+
+def check_state_key(spark: SparkSession, result: DataFrame, checkpoint: str, record: bool = True) -> str | None:
+    """Raise StateKeyChanged when the query's state key differs from the recorded one; with `record`
+    (a start, not `check`), record it when none is. Returns a note for the log when a checkpoint with
+    state had no record."""
+    keys = KeyRecord(spark, checkpoint)
+    now = state_keys(result)
+    recorded = keys.read()
+    if recorded is not None and recorded != now and keys.has_commits():
+        raise StateKeyChanged(keys.location, recorded, now)
+    if recorded == now or not record:
+        return None
+    # No record, or one left by a run that committed nothing (so no state was kept under it).
+    keys.write(now)
+    if recorded is None and keys.has_commits():
+        return f"{keys.location} was missing (a checkpoint older than this check): recorded {'; '.join(now)}"
+    return None
+
+
+def check_fit(
+    result: DataFrame, plan: Sequence[PlanOperator], settings: Settings, held: CheckpointRead | None, record_key: bool
+) -> tuple[str | None, list[str]]:
+    """Raise, for the first misfit: OperatorsChanged, SettingsError (the plan against the settings),
+    StateKeyChanged or StateSchemaRefused. Return the note of a state key recorded again (with
+    record_key: a start) and the state schema changes Spark accepts."""
+    location = settings.query.checkpoint_location
+    # The checkpoint's operators first: when the query no longer fits its state, that is the news.
+    drift = operators_drift(plan, held, location)
+    if drift:
+        raise OperatorsChanged(drift)
+    problems = settings.plan_problems(plan)
+    if problems:
+        raise SettingsError(problems)
+    note = check_state_key(result.sparkSession, result, location, record_key)
+    refused, accepted = state_schema_drift(result, plan, held, location)
+    if refused:
+        raise StateSchemaRefused(refused)
+    return note, accepted

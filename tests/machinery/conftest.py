@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from stream_job.machinery import commands
 from stream_job.machinery.core.contract import user_query
 from stream_job.machinery.core.durations import parse_duration
 from stream_job.machinery.core.settings import ENV_PREFIX, Settings, load_settings
-from stream_job.machinery.job.connectors import shell_words, submit_arguments
+from stream_job.machinery.job.connectors import submit_arguments
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 from stream_job.machinery.operations import local_kafka
 from stream_job.machinery.testing import run_batch
@@ -407,7 +408,7 @@ def _shared_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
     delta-spark writer's session extensions cannot join a running session, so its jobs are processes."""
     kafka = load_settings(write_settings_file(tmp_path_factory.mktemp("kafka") / "settings.yaml", KAFKA_SOURCE))
     before = os.environ.get(SUBMIT_ARGS)
-    os.environ[SUBMIT_ARGS] = f"{shell_words(submit_arguments(kafka))} pyspark-shell"
+    os.environ[SUBMIT_ARGS] = f"{shlex.join(submit_arguments(kafka))} pyspark-shell"
     try:
         return request.getfixturevalue("spark")
     finally:

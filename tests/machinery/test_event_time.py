@@ -26,8 +26,7 @@ from stream_job.machinery.commands.run import bad_record_advice
 from stream_job.machinery.core.settings import SettingsError, load_settings
 from stream_job.machinery.job.endpoints.output import read_output
 from stream_job.machinery.job.endpoints.sources import with_usable_event_time
-from stream_job.machinery.job.progress import format_progress
-from stream_job.machinery.job.progress import StateWatchdog
+from stream_job.machinery.job.progress import StateWatchdog, format_progress
 from stream_job.machinery.operations import local_kafka
 from stream_job.query import EVENT_SCHEMA
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from ..core.settings import load_settings
-from ..job.connectors import packages, shell_words, submit_arguments
+from ..job.connectors import packages, submit_arguments
 from .arguments import add_settings_argument
 
 
@@ -40,5 +41,5 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_packages(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
-    print(shell_words(submit_arguments(settings)) if args.submit_args else packages(settings))
+    print(shlex.join(submit_arguments(settings)) if args.submit_args else packages(settings))
     return 0

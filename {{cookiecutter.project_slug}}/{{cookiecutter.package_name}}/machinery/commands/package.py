@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
 from ..core.settings import load_settings
 from ..job.connectors import submit_arguments
-from ..operations.packaging import DEPLOY_MODES, build_py_files, shell_line, submit_command
+from ..operations.packaging import DEPLOY_MODES, build_py_files, submit_command
 from .arguments import add_settings_argument
 
 
@@ -30,5 +31,5 @@ def cmd_package(args: argparse.Namespace) -> int:
         args.master or settings.spark.master, args.deploy_mode, py_files, args.settings, submit_arguments(settings)
     )
     print(f"package: {py_files} written; run (from this folder):", file=sys.stderr)
-    print(shell_line(command))
+    print(shlex.join(command))
     return 0

@@ -9,7 +9,6 @@ add, not a ClassNotFoundException from inside the first micro-batch.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 import pyspark
@@ -99,10 +98,6 @@ def submit_arguments(settings: Settings) -> list[str]:
         return []
     confs = [part for key, value in resolver_confs(settings).items() for part in ("--conf", f"{key}={value}")]
     return ["--packages", needed, *confs]
-
-
-def shell_words(arguments: list[str]) -> str:
-    return " ".join(shlex.quote(argument) for argument in arguments)
 
 
 def missing_connectors(spark: SparkSession, connectors: list[Connector]) -> list[Connector]:

@@ -91,50 +91,29 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     return report
 
 
+# Why a pinned conf cannot change, for the confs whose reason is their own.
+PINNED_BECAUSE = {
+    PROVIDER_CONF: "Spark keeps the provider a checkpoint was started with and ignores a new one.",
+    PARTITIONS_CONF: "the state is split into that many partitions, and Spark keeps using them.",
+    ENCODING_CONF: "the state rows are encoded that way, and Spark keeps the encoding a checkpoint was started with.",
+}
+
+
 def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
     wanted = spark_confs(settings)
     drifts = []
     for key, recorded in pinned.items():
         if key not in wanted or wanted[key] == recorded:
             continue
+        in_settings, held, convert = wanted[key], recorded, ""
         if key == PROVIDER_CONF:
-            held = provider_name(recorded)
-            drifts.append(
-                Drift(
-                    "state_store.provider",
-                    settings.state_store.provider,
-                    recorded if held == settings.state_store.provider else held,  # same name, other platform
-                    "Spark keeps the provider a checkpoint was started with and ignores a new one.",
-                )
-            )
+            in_settings = settings.state_store.provider
+            named = provider_name(recorded)
+            held = recorded if named == in_settings else named  # the same name, on the other platform
         elif key == PARTITIONS_CONF:
-            drifts.append(
-                Drift(
-                    "spark.shuffle_partitions",
-                    wanted[key],
-                    recorded,
-                    "the state is split into that many partitions, and Spark keeps using them.",
-                    convert=repartition_advice(provider_name(pinned.get(PROVIDER_CONF, "")), wanted[key]),
-                )
-            )
-        elif key == ENCODING_CONF:
-            drifts.append(
-                Drift(
-                    "state_store.encoding_format",
-                    wanted[key],
-                    recorded,
-                    "the state rows are encoded that way, and Spark keeps the encoding a checkpoint was started with.",
-                )
-            )
-        else:
-            drifts.append(
-                Drift(
-                    MANAGED_CONFS.get(key, f"spark.conf.{key}"),
-                    wanted[key],
-                    recorded,
-                    "Spark keeps the value the checkpoint was started with.",
-                )
-            )
+            convert = repartition_advice(provider_name(pinned.get(PROVIDER_CONF, "")), wanted[key])
+        why = PINNED_BECAUSE.get(key, "Spark keeps the value the checkpoint was started with.")
+        drifts.append(Drift(MANAGED_CONFS.get(key, f"spark.conf.{key}"), in_settings, held, why, convert))
     return drifts
 
 

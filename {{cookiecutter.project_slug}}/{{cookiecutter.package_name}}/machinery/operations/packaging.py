@@ -9,7 +9,6 @@ working directory under its own name, so the command passes that name.
 
 from __future__ import annotations
 
-import shlex
 import zipfile
 from pathlib import Path
 
@@ -43,7 +42,3 @@ def submit_command(
     command += fetch_arguments
     driver_settings = settings_file if deploy_mode == "client" else Path(settings_file.name)
     return [*command, "main.py", "--settings", str(driver_settings)]
-
-
-def shell_line(command: list[str]) -> str:
-    return " ".join(shlex.quote(part) for part in command)

@@ -1,4 +1,4 @@
-"""A folder copied whole or not at all: filled under a temporary name, renamed when complete.
+"""A folder copied, or a file written, whole or not at all: under a temporary name, renamed when complete.
 
 A kill in the middle leaves only `<target>.partial`, never a half-filled target; the next attempt
 removes it and starts again. Repartition's copy of the checkpoint and savepoints are made this way.
@@ -6,6 +6,7 @@ removes it and starts again. Repartition's copy of the checkpoint and savepoints
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,13 @@ def made_whole(target: Path) -> Iterator[Path]:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     partial.rename(target)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """path holds data whole or as it was: written beside it under a hidden name, then renamed over it."""
+    temporary = path.with_name(f".{path.name}.rewriting")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
 
 
 def copy_whole(source: Path, target: Path, ignore: Callable[[str, list[str]], set[str]] | None = None) -> None:

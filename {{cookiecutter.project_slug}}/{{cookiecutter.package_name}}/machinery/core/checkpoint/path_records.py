@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlparse
+
+from .copying import write_atomically
 
 # State data, data files and checksums: binary, never JSON lines.
 BINARY_SUFFIXES = (".zip", ".sst", ".delta", ".snapshot", ".changelog", ".parquet", ".crc", ".log", ".checkpoint")
@@ -100,10 +101,10 @@ def rewrite(path: Path, moves: Moves) -> bool:
     if changed == lines:
         return False
     data = "\n".join(changed).encode("utf-8")
-    _write_atomically(path, data)
+    write_atomically(path, data)
     checksum = path.with_name(f".{path.name}.crc")
     if checksum.exists():
-        _write_atomically(checksum, hadoop_crc(data))
+        write_atomically(checksum, hadoop_crc(data))
     return True
 
 
@@ -154,9 +155,3 @@ def _changed_line(line: str, change: Callable[[str], str | None]) -> str:
         if new is not None:
             line = line.replace(json.dumps(uri, ensure_ascii=False), json.dumps(new, ensure_ascii=False))
     return line
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.rewriting")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)

@@ -10,8 +10,9 @@ for a batch without files: the header alone, or, on a merge batch, the merged en
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from .copying import write_atomically
 
 LOG_DIR = "_spark_metadata"
 LOG_VERSION = "v1"
@@ -30,7 +31,7 @@ def record_empty_batch(output: Path, batch: int, configured_interval: int = DEFA
         target = log / f"{batch}.compact"
     else:
         lines, target = [], log / str(batch)
-    _write_atomically(target, "\n".join([LOG_VERSION, *lines]))
+    write_atomically(target, "\n".join([LOG_VERSION, *lines]).encode())
     return target
 
 
@@ -78,9 +79,3 @@ def _entries(log: Path, batch: int) -> list[str]:
     if not lines or lines[0] != LOG_VERSION:
         raise ValueError(f"{entry} is not a {LOG_VERSION} file sink log entry")
     return [line for line in lines[1:] if line.strip()]
-
-
-def _write_atomically(target: Path, text: str) -> None:
-    temporary = target.with_name(f".{target.name}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, target)

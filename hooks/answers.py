@@ -51,7 +51,8 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
     """What the bake needs to know about the answers: the problems (one line each, every one of
     them), the warnings, and, when there is no problem, the sizing decision and its report."""
     machinery = load_machinery(Path(template_root) / MACHINERY)
-    found = name_problems(answers) + number_problems(answers) + duration_problems(answers, machinery["durations"])
+    found = name_problems(answers) + number_problems(answers, machinery["sizing.capacity"].MAXIMA)
+    found += duration_problems(answers, machinery["durations"])
     result: dict[str, Any] = {"problems": found, "warnings": []}
     if found:
         return result
@@ -163,7 +164,7 @@ def shadowed(package: str) -> str | None:
     return None
 
 
-def number_problems(answers: dict[str, Any]) -> list[str]:
+def number_problems(answers: dict[str, Any], maxima: dict[str, float]) -> list[str]:
     found = []
     checks = [
         ("input_rows_per_second", "a number of rows per second greater than zero, like 10000 or 2.5"),
@@ -190,15 +191,20 @@ def number_problems(answers: dict[str, Any]) -> list[str]:
             found.append(f"{name} {answers[name]!r} is too large to be a number: write {expected}.")
         elif float(text) <= 0:
             found.append(f"{name} {answers[name]!r} is not greater than zero: write {expected}.")
+        elif name in maxima and float(text) > maxima[name]:
+            found.append(
+                f"{name} {answers[name]!r} is more than {maxima[name]:,}, which no job reaches: write {expected}."
+            )
         elif name == "state_growth_factor" and float(text) < 1:
             found.append(
                 f"{name} {answers[name]!r} is below 1: state does not shrink over a job's life; write 1 or more."
             )
     cardinality = str(answers["key_cardinality"]).strip()
-    if cardinality != "unknown" and (not WHOLE_NUMBER.match(cardinality) or int(cardinality) <= 0):
+    valid = WHOLE_NUMBER.match(cardinality) and 0 < int(cardinality) <= maxima["key_cardinality"]
+    if cardinality != "unknown" and not valid:
         found.append(
             f"key_cardinality {answers['key_cardinality']!r} is not valid: write a whole number of distinct keys"
-            " greater than zero, like 100000, or unknown."
+            f" greater than zero and at most {maxima['key_cardinality']:,}, like 100000, or unknown."
         )
     return found
 

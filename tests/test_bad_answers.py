@@ -34,6 +34,12 @@ BAD_ANSWERS = [
     ({"input_rows_per_second": "lots"}, "input_rows_per_second 'lots' is not a number"),
     ({"input_rows_per_second": "1e999"}, "input_rows_per_second '1e999' is too large to be a number"),
     ({"input_rows_per_second": "10,000"}, "input_rows_per_second '10,000' is not a number"),
+    ({"input_rows_per_second": "1e300"}, "input_rows_per_second '1e300' is more than 1,000,000,000,000, which no job"),
+    (
+        {"key_cardinality": "10000000000000000"},
+        "key_cardinality '10000000000000000' is not valid: write a whole number",
+    ),
+    ({"watermark": "1000 weeks 99999 days"}, "watermark '1000 weeks 99999 days' is longer than 36,500 days"),
     ({"state_bytes_per_row": "1.5"}, "state_bytes_per_row '1.5' is not a whole number: write a whole number of bytes"),
     ({"shuffle_partitions": "0"}, "shuffle_partitions '0' is not greater than zero"),
     ({"shuffle_partitions": "1e3"}, "shuffle_partitions '1e3' is not a whole number"),

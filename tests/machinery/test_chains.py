@@ -369,7 +369,8 @@ def test_a_chain_restarts_survives_sigkill_and_equals_the_batch_job(spark, tmp_p
             " state of deduplication -> windowed_aggregation, and the query now runs windowed_aggregation"
             " (deduplication removed). Spark keeps each operator's state by its place in the query, so the state"
             " cannot serve the new query. Either change the query back to deduplication -> windowed_aggregation,"
-            " or set query.checkpoint_location to a new directory and reprocess the input from the start."
+            " or set query.checkpoint_location to a new directory and sink.path to an empty one, and reprocess the"
+            " input from the start."
         )
         assert (digest(checkpoint), digest(tmp_path / "output")) == before
 

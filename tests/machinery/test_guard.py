@@ -85,7 +85,7 @@ def test_drift_is_refused_and_the_checkpoint_untouched(checkpoints, provider, ch
     }.get(setting, " (the existing state cannot be converted).")
     assert line.endswith(
         f"Either set {setting.split(' is ')[0]} back to {held}, or set query.checkpoint_location to a new"
-        f" directory and reprocess the input from the start{way_on}"
+        f" directory and sink.path to an empty one, and reprocess the input from the start{way_on}"
     ), line
     assert "Spark" not in run.stdout  # refused before any session started
     if setting.startswith("state_store.provider"):
@@ -106,7 +106,10 @@ def test_check_passes_on_a_consistent_checkpoint_and_without_one(checkpoints, tm
         " (last batch 2)\n"
     )
 
-    fresh = deep_merge(changes, {"query": {"checkpoint_location": str(tmp_path / "new")}})
+    # A new checkpoint writes into a new output: against the old one, its batches would be skipped (refused).
+    fresh = deep_merge(
+        changes, {"query": {"checkpoint_location": str(tmp_path / "new")}, "sink": {"path": str(tmp_path / "new-out")}}
+    )
     check = run_cli("check", "--settings", str(write_settings_file(tmp_path / "fresh.yaml", fresh)))
     assert (check.returncode, check.stderr) == (0, "")
     assert check.stdout == f"checkpoint: no checkpoint yet at {tmp_path / 'new'}: this run starts one\n"
@@ -165,7 +168,7 @@ def test_an_operator_removed_in_the_code_is_refused_with_both_lists_and_nothing_
             f" of {BAKED_OPERATOR}, and the query now runs no stateful operator ({BAKED_OPERATOR} removed)."
             " Spark keeps each operator's state by its place in the query, so the state cannot serve the new"
             f" query. Either change the query back to {BAKED_OPERATOR}, or set query.checkpoint_location to a new"
-            " directory and reprocess the input from the start."
+            " directory and sink.path to an empty one, and reprocess the input from the start."
         )
     assert (digest(checkpoint), digest(tmp_path / "output")) == before
 
@@ -181,6 +184,25 @@ def test_damaged_offsets_file_is_named(tmp_path):
     assert check.returncode == 4
     assert check.stderr == (
         f"checkpoint error: {offsets / '0'}: not a Spark offsets file (no metadata line; half-written?); restore the"
-        " checkpoint from a copy, or set query.checkpoint_location to a new directory and reprocess the input from"
-        " the start\n"
+        " checkpoint from a copy, or set query.checkpoint_location to a new directory and sink.path to an empty one,"
+        " and reprocess the input from the start\n"
     )
+
+
+@pytest.mark.skipif(BAKED_OPERATOR != "windowed_aggregation", reason="retypes the windowed count's event time")
+def test_check_says_a_query_spark_refuses_in_the_one_line_the_start_gives(spark, tmp_path):
+    """The event time retyped to a string under a checkpoint: `check` printed Spark's 39-line error
+    where the start gives one line. Both now give the same line, exit 2, nothing touched."""
+    changes = run_checkpoint(spark, tmp_path, ANY_PROVIDER)
+    path = write_settings_file(tmp_path / "same.yaml", changes)
+    before = digest(tmp_path / "checkpoint"), digest(tmp_path / "output")
+    said = {}
+    for command in ("check", "run"):
+        with edited_query({'StructField("event_time", TimestampType())': 'StructField("event_time", StringType())'}):
+            result = run_cli(command, "--settings", str(path))
+        assert result.returncode == 2, result.stderr[-3000:]
+        said[command] = result.stderr.strip().splitlines()[-1]
+    assert said["check"] == said["run"], said
+    assert said["check"].startswith("query error: Spark refuses the query of stream_job.query: ")
+    assert said["check"].endswith("; change the query (no batch ran)")
+    assert (digest(tmp_path / "checkpoint"), digest(tmp_path / "output")) == before

@@ -239,7 +239,8 @@ def test_inspect_a_damaged_checkpoint_exits_4_naming_the_state(runs, tmp_path):
     assert "CANNOT_LOAD_STATE_STORE" in last_line and "java.io.EOFException" in last_line
     assert last_line.endswith(
         "the checkpoint may be damaged: restore the checkpoint from a copy, or set"
-        " query.checkpoint_location to a new directory and reprocess the input from the start"
+        " query.checkpoint_location to a new directory and sink.path to an empty one, and reprocess the input from"
+        " the start"
     )
 
 

@@ -117,7 +117,8 @@ def test_a_damaged_snapshot_is_repaired_with_the_features_and_refused_naming_it_
         f"checkpoint error: {damaged} is damaged (its zip checksum fails) and Spark would fail loading it: set"
         " state_store.integrity.auto_snapshot_repair to true (Spark then rebuilds that version from an older"
         " snapshot and the changelogs after it); or restore the checkpoint from a copy, or set"
-        " query.checkpoint_location to a new directory and reprocess the input from the start"
+        " query.checkpoint_location to a new directory and sink.path to an empty one, and reprocess the input from"
+        " the start"
     ]
     assert digest(work) == before
 

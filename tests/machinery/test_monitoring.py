@@ -113,8 +113,8 @@ def test_the_watchdog_warns_once_and_loudly_near_the_hdfs_threshold_through_main
         r"STATE WATCHDOG: batch \d+: the HDFS-backed state holds [\d.]+ (?:B|[KMG]iB) of JVM heap per partition on"
         r" average \([\d.]+ (?:B|[KMG]iB) over 2 partitions; skewed partitions hold more\), past 0\.0001% of the"
         r" 1\.0 GiB per partition where .* The provider cannot be switched on this checkpoint: .* To move to"
-        r" RocksDB, set state_store\.provider to rocksdb with a new query\.checkpoint_location and reprocess the"
-        r" input; until then, give the executors more memory\.",
+        r" RocksDB, set state_store\.provider to rocksdb with a new query\.checkpoint_location and an empty"
+        r" sink\.path, and reprocess the input; until then, give the executors more memory\.",
         loud,
     )
 

@@ -5,6 +5,7 @@ the job, once the output is back, goes on to an output equal to the batch comput
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -82,3 +83,118 @@ def test_the_rate_sources_offsets_are_not_read_by_the_micro_batch_rate_source(wr
     micro = write_settings({**changes, "source": {"type": "rate", "rate": {"rows_per_batch": 100}}}, name="micro.yaml")
     line = refused_start(micro, tmp_path / "checkpoint", "source.type is rate-micro-batch in settings")
     assert "holds rate: Spark continues" in line and "set source.type back to rate," in line
+
+
+@pytest.mark.parametrize("sink", ["parquet", "delta"])
+def test_an_output_ahead_of_the_checkpoint_is_refused_and_the_way_out_loses_nothing(
+    spark, make_settings, write_settings, tmp_path, sink
+):
+    """A sink knows a batch by its id: against an output that went further, a new checkpoint (batches
+    from 0) or an older copy of the checkpoint would have its batches skipped as written, their input
+    lost. Both starts are refused before Spark, with nothing changed (a Delta table by its transactions
+    of the query id, so a new checkpoint, a new query id, is no skip there); the way out the refusal
+    gives ends with every input row in the output."""
+    changes = files_job(tmp_path, sink, ANY_PROVIDER, files=3)
+    path = write_settings(changes)
+    settings = make_settings(changes)
+    checkpoint, output = Path(settings.query.checkpoint_location), Path(settings.sink.path)
+    landing, later = Path(settings.source.files.path), tmp_path / "later"
+    later.mkdir()
+    for file in sorted(landing.iterdir())[1:]:  # one file, one batch, first
+        file.rename(later / file.name)
+    first = run_main("--settings", str(path))
+    assert first.returncode == 0, first.stderr[-3000:]
+    older = tmp_path / "checkpoint-after-batch-0"
+    shutil.copytree(checkpoint, older)
+    for file in later.iterdir():
+        file.rename(landing / file.name)
+    rest = run_main("--settings", str(path))
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    kept = digest(output)
+
+    # The older copy of the checkpoint put back under the newer output: its later batches would be skipped.
+    older_last = max(int(entry.name) for entry in (older / "offsets").iterdir() if entry.name.isdigit())
+    at_older = write_settings(
+        {**changes, "query": {**changes["query"], "checkpoint_location": str(older)}}, "older.yaml"
+    )
+    line = refused_start(at_older, older, f"past batch {older_last}, the last the checkpoint {older} logged: the sink")
+    newest = int(re.search(r"holds the output of batches up to (\d+) ", line)[1])
+    assert newest > older_last
+    assert f"this checkpoint's batches {older_last + 1} to {newest} as written already and skip them" in line
+    assert "put back the checkpoint that wrote that output" in line
+    assert digest(output) == kept
+
+    fresh, empty = tmp_path / "checkpoint-new", tmp_path / "output-new"
+    at_fresh = write_settings({**changes, "query": {**changes["query"], "checkpoint_location": str(fresh)}}, "new.yaml")
+    if sink == "parquet":  # a new checkpoint against the old log: all its batches would be skipped
+        logged = max(int(entry.name.split(".")[0]) for entry in (output / "_spark_metadata").glob("[0-9]*"))
+        result = run_main("--settings", str(at_fresh))
+        assert result.returncode == 4, result.stderr[-3000:]
+        assert result.stderr.strip() == (
+            f"checkpoint error: sink.path {output} holds the output of batches up to {logged} (its log"
+            f" {output / '_spark_metadata'}), and the checkpoint {fresh} has logged no batch yet: the sink would"
+            f" take this checkpoint's batches 0 to {logged} as written already and skip them, and their input would"
+            " be lost. Nothing was started; set sink.path to an empty directory too, or set"
+            " query.checkpoint_location back to the checkpoint that wrote that output"
+        )
+        assert not fresh.exists() and digest(output) == kept
+
+    # The way out: a new checkpoint and an empty sink.path reprocess everything.
+    both = {**changes, "query": {**changes["query"], "checkpoint_location": str(fresh)}}
+    both["sink"] = {**changes["sink"], "path": str(empty)}
+    again = run_main("--settings", str(write_settings(both, "both.yaml")))
+    assert again.returncode == 0, again.stderr[-3000:]
+    moved = make_settings(both)
+    assertDataFrameEqual(read_output(spark, moved.sink), batch_expectation(spark, moved))
+
+
+def test_a_log_file_changed_after_spark_wrote_it_is_refused_naming_it(spark, make_settings, write_settings, tmp_path):
+    """Spark reads its offsets, commits and metadata without checking them against the checksums
+    Hadoop writes beside them: a changed digit in a commit's watermark ran on silently, and a parquet
+    sink log's merge file cut to nothing let the job write on until no reader could list the output.
+    Each is refused before Spark starts, naming the file, the checkpoint and the output unchanged; put
+    back, the job ends with every row."""
+    changes = files_job(tmp_path, "parquet", ANY_PROVIDER, files=3)
+    changes["spark"] = {**changes["spark"], "conf": {"spark.sql.streaming.fileSink.log.compactInterval": 2}}
+    path = write_settings(changes)
+    settings = make_settings(changes)
+    checkpoint, output = Path(settings.query.checkpoint_location), Path(settings.sink.path)
+    first = run_main("--settings", str(path))
+    assert first.returncode == 0, first.stderr[-3000:]
+    # The newest merge file: Spark and every reader of the output read the log from there on.
+    compact = max((output / "_spark_metadata").glob("*.compact"), key=lambda entry: int(entry.name.split(".")[0]))
+
+    def digit_changed(text: str) -> str:  # the first digit of the commit's watermark, one higher
+        at = text.index('"nextBatchWatermarkMs":') + len('"nextBatchWatermarkMs":')
+        return text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1 :]
+
+    damages = {
+        checkpoint / "commits" / "1": digit_changed,
+        checkpoint / "offsets" / "1": lambda text: text.replace('"logOffset"', '"logOffsef"', 1),
+        checkpoint / "metadata": lambda text: text.replace('"id"', '"ie"', 1),
+        checkpoint / "state" / "0" / "_metadata" / "metadata": lambda text: text.replace(
+            "operatorName", "operatorNamf"
+        ),
+    }
+    if (compact.parent / f".{compact.name}.crc").is_file():  # Spark does not always write one for a merge file
+        damages[compact] = lambda text: ""
+    for damaged, change in damages.items():
+        original = damaged.read_text()
+        assert change(original) != original, damaged
+        damaged.write_text(change(original))
+        kept = digest(output)
+        refused_start(path, checkpoint, f"checkpoint error: {damaged} does not match its checksum .{damaged.name}.crc")
+        assert digest(output) == kept
+        damaged.write_text(original)
+
+    # A sink log entry that does not parse, without a checksum to tell: refused as such.
+    original = compact.read_text()
+    compact.write_text("")
+    (compact.parent / f".{compact.name}.crc").unlink(missing_ok=True)
+    line = refused_start(path, checkpoint, f"{compact} is not a v1 entry of the file sink's log (cut short or changed)")
+    assert "put the output back with its _spark_metadata from a copy, or set query.checkpoint_location" in line
+    compact.write_text(original)
+
+    rest = run_main("--settings", str(path))
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))

@@ -10,14 +10,17 @@ same computation as a batch job on all the files. Each refusal is one line and c
 
 from __future__ import annotations
 
+import re
+import shlex
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.checkpoint.path_records import moved_uri
 from stream_job.machinery.core.checkpoint.run_lock import holding
-from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.core.settings import ENV_PREFIX, load_settings
 from stream_job.machinery.job.endpoints.output import read_output
 
 from .conftest import ANY_PROVIDER, batch_expectation, committed_batches, deep_merge, digest, files_job, run_cli
@@ -83,8 +86,9 @@ def test_a_job_moved_by_a_savepoint_goes_on_to_the_batch_computations_output(spa
     shutil.rmtree(output)
     moved = tmp_path / "elsewhere"
     moved.mkdir()
-    # Spaces in the new names: Spark writes them %20-encoded in some files and as they are in others.
-    new = {"checkpoint": moved / "state of job", "output": moved / "new output", "landing": moved / "new landing"}
+    # Spaces in the new names: Spark writes them %20-encoded in some files and as they are in others; and
+    # ' #', where YAML cuts an unquoted value.
+    new = {"checkpoint": moved / "state of job #2", "output": moved / "new output", "landing": moved / "new landing"}
     landing.rename(new["landing"])
     restored = run_cli(
         "savepoint",
@@ -98,9 +102,20 @@ def test_a_job_moved_by_a_savepoint_goes_on_to_the_batch_computations_output(spa
         str(new["landing"]),
     )
     assert restored.returncode == 0, restored.stdout[-2000:] + restored.stderr[-3000:]
-    assert f"query.checkpoint_location to {new['checkpoint']}" in restored.stdout
-    assert f"sink.path to {new['output']}" in restored.stdout
-    assert f"source.files.path to {new['landing']}" in restored.stdout
+    # What to set, printed as YAML reads it pasted after its key, and as environment variables.
+    wanted = {
+        "query.checkpoint_location": new["checkpoint"],
+        "sink.path": new["output"],
+        "source.files.path": new["landing"],
+    }
+    printed = dict(re.findall(r"^  ([a-z_.]+): (.+)$", restored.stdout, re.MULTILINE))
+    assert {key: yaml.safe_load(f"{key}: {value}")[key] for key, value in printed.items()} == {
+        key: str(path) for key, path in wanted.items()
+    }
+    exported = dict(re.findall(r"^  export (\w+)=(.+)$", restored.stdout, re.MULTILINE))
+    assert {name: shlex.split(value) for name, value in exported.items()} == {
+        ENV_PREFIX + key.upper().replace(".", "__"): [str(path)] for key, path in wanted.items()
+    }
     assert files_naming(new["checkpoint"], [checkpoint, output, landing]) == []
     assert files_naming(new["output"], [checkpoint, output, landing]) == []
     assert any(path.is_file() for path in (new["checkpoint"] / "sources").rglob("*"))

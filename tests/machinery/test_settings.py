@@ -61,6 +61,17 @@ def errors_for(make_settings, changes) -> list[str]:
 UNWRITABLE = "/sys"
 # Malformed settings, each a real settings.yaml given to `python main.py` (see test_bad_settings_...).
 BAD_VALUES = [
+    # Values the settings once took, then failed with a traceback: in the sizing's arithmetic, or in Spark.
+    (
+        {"capacity": {"input_rows_per_second": 1e308}},
+        "capacity.input_rows_per_second = 1e+308: Input should be less than or equal to 1000000000000",
+    ),
+    (
+        {"state_store": {"min_batches_to_retain": 99999999999999999999}},
+        "state_store.min_batches_to_retain = 99999999999999999999: Input should be less than or equal to 2147483647",
+    ),
+    ({"query": {"watermark": "99999999999 days"}}, "'99999999999 days' is longer than 36,500 days; write a shorter"),
+    ({"capacity": {"state_growth_factor": 1e9}}, "capacity.state_growth_factor = 1000000000.0: Input should be less"),
     ({"spark": {"shuffle_partitions": -3}}, "spark.shuffle_partitions = -3: Input should be greater than 0"),
     (
         {"spark": {"shuffle_partitions": "many"}},

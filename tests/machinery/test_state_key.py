@@ -23,6 +23,8 @@ STATE_KEYS = {
     "stream_stream_join": "join on key string = join_key string",
     "custom_state": "TransformWithStateInPySpark by key string",
 }
+# The window each operator's state holds, recorded beside its key (files_job's window is 1 minute).
+STATE_WINDOWS = {"windowed_aggregation": "1 minute"}
 
 
 @pytest.mark.operator
@@ -43,7 +45,7 @@ def finished_checkpoint(spark, folder: Path, operator: str) -> Path:
     apply_confs(spark, settings)
     assert run_query(spark, settings).exception() is None
     record = json.loads((folder / "checkpoint" / "state_key.json").read_text())
-    assert record == {"state_keys": [STATE_KEYS[operator]]}
+    assert record == {"state_keys": [STATE_KEYS[operator]], "windows": [STATE_WINDOWS.get(operator)]}
     return path
 
 
@@ -63,7 +65,7 @@ def test_a_grouping_key_changed_in_the_code_is_refused_and_nothing_is_touched(sp
         f" {WINDOW}, key string, and this query keys it by aggregation by {WINDOW}, event_id string (recorded in"
         f" {tmp_path / 'checkpoint' / 'state_key.json'}). Spark would read the old state under the new key without"
         " an error and give wrong results. Either change the query back, or set query.checkpoint_location to a new"
-        " directory and reprocess the input from the start."
+        " directory and sink.path to an empty one, and reprocess the input from the start."
     )
     assert "query stream_job started" not in run.stdout
     assert (digest(tmp_path / "checkpoint"), digest(tmp_path / "output")) == before
@@ -91,7 +93,10 @@ def test_a_missing_record_is_made_again_and_said_and_a_damaged_one_is_named(spar
     result = build_result(spark, settings)
     note = check_state_key(spark, result, settings.query.checkpoint_location)
     assert note == f"{record} was missing (a checkpoint older than this check): recorded {STATE_KEYS[BAKED_OPERATOR]}"
-    assert json.loads(record.read_text()) == {"state_keys": [STATE_KEYS[BAKED_OPERATOR]]}
+    assert json.loads(record.read_text()) == {
+        "state_keys": [STATE_KEYS[BAKED_OPERATOR]],
+        "windows": [STATE_WINDOWS.get(BAKED_OPERATOR)],
+    }
 
     record.write_text('{"state_keys": "half')  # its checksum file no longer matches: Hadoop refuses it first
     with pytest.raises(CheckpointUnreadable, match=f"^{record}: not a state key record \\(damaged\\?\\); remove it"):
@@ -106,4 +111,39 @@ def test_a_query_without_commits_records_its_own_key(spark, tmp_path):
     events = spark.readStream.schema("event_id string, key string, event_time timestamp").json(str(tmp_path))
     deduplicated = events.withWatermark("event_time", "1 minute").dropDuplicatesWithinWatermark(["event_id"])
     assert check_state_key(spark, deduplicated, str(checkpoint)) is None
-    assert json.loads((checkpoint / "state_key.json").read_text()) == {"state_keys": [STATE_KEYS["deduplication"]]}
+    recorded = json.loads((checkpoint / "state_key.json").read_text())
+    assert recorded == {"state_keys": [STATE_KEYS["deduplication"]], "windows": [None]}
+
+
+@pytest.mark.skipif(BAKED_OPERATOR != "windowed_aggregation", reason="the windowed count's query.window")
+def test_a_changed_window_is_refused_and_setting_it_back_loses_nothing(spark, tmp_path):
+    """query.window from 1 to 2 minutes on a running count: Spark accepts the state (the same key
+    columns) and writes overlapping windows, one key's events split between them. Refused before a
+    batch runs, the checkpoint and output unchanged; an older record without windows gets them."""
+    settings_path = finished_checkpoint(spark, tmp_path, "windowed_aggregation")
+    record = tmp_path / "checkpoint" / "state_key.json"
+    before = digest(tmp_path / "checkpoint"), digest(tmp_path / "output")
+    wider = tmp_path / "wider.yaml"
+    wider.write_text(settings_path.read_text().replace("window: 1 minute", "window: 2 minutes"))
+    assert "window: 2 minutes" in wider.read_text()
+
+    run = run_main("--settings", str(wider))
+    assert run.returncode == 4, run.stderr[-3000:]
+    assert run.stderr.strip() == (
+        "checkpoint error: the window changed: operator 0 (windowed_aggregation) holds windows of 1 minute, and this"
+        f" query makes windows of 2 minutes (recorded in {record}). Spark would go on adding to the windows the"
+        " state holds beside the new ones: the output would hold overlapping windows, with one key's events split"
+        " between them. Either set the window back to 1 minute (query.window, where the query takes it from"
+        " there), or set query.checkpoint_location to a new directory and sink.path to an empty one, and reprocess"
+        " the input from the start."
+    )
+    assert (digest(tmp_path / "checkpoint"), digest(tmp_path / "output")) == before
+
+    # A record from before windows were kept: the next start adds them, and then refuses a change.
+    record.write_text(json.dumps({"state_keys": [STATE_KEYS["windowed_aggregation"]]}))
+    (tmp_path / "checkpoint" / ".state_key.json.crc").unlink()
+    assert (
+        check_state_key(spark, build_result(spark, load_settings(settings_path)), str(tmp_path / "checkpoint")) is None
+    )
+    assert json.loads(record.read_text())["windows"] == ["1 minute"]
+    assert run_main("--settings", str(wider)).returncode == 4

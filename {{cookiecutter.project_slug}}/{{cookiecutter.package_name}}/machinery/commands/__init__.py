@@ -16,17 +16,20 @@ import argparse
 import shlex
 import sys
 
+from pyspark.errors import AnalysisException
+
 from ..core.checkpoint.files import CheckpointUnreadable
 from ..core.checkpoint.run_lock import CheckpointBusy
 from ..core.contract import PACKAGE, QUERY_MODULE
 from ..core.settings import SettingsError
+from ..core.text import first_line
 from ..job.connectors import ConnectorError
 from ..job.endpoints.sinks import MissingPackageError
 from ..job.endpoints.sources import KafkaSourceError
 from ..job.java import JavaError
 from ..job.query_plan import QueryRefused
 from ..job.schema_evolution import StateSchemaRefused
-from ..job.state_fit import OperatorsChanged, StateKeyChanged
+from ..job.state_fit import OperatorsChanged, StateKeyChanged, StateWindowChanged
 from ..operations.inspection import InspectError
 from ..operations.repartition import RepartitionRefused
 from ..operations.savepoint import SavepointMismatch, SavepointRefused
@@ -45,6 +48,7 @@ REFUSALS: dict[type[Exception], tuple[str, int]] = {
     CheckpointBusy: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     OperatorsChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     StateKeyChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
+    StateWindowChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     StateSchemaRefused: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     RepartitionRefused: ("repartition refused", EXIT_CHECKPOINT_DRIFT),
     SavepointRefused: ("savepoint refused", EXIT_CHECKPOINT_DRIFT),
@@ -84,9 +88,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
-    except QueryRefused as error:
+    except (
+        QueryRefused,
+        AnalysisException,
+    ) as error:  # the query as written: a chain Spark does not run, a column it lacks
         print(
-            f"query error: Spark refuses the query of {QUERY_MODULE}: {error}; change the query (no batch ran)",
+            f"query error: Spark refuses the query of {QUERY_MODULE}: {first_line(str(error))}; change the query"
+            " (no batch ran)",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT

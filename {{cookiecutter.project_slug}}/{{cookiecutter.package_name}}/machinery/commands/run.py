@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ..core.checkpoint.files import RESTORE_OR_RESTART, CheckpointRead, empty_state_files
+from ..core.checkpoint.files import RESTORE_OR_RESTART, START_OVER, CheckpointRead, empty_state_files
 from ..core.checkpoint.run_lock import holding
-from ..core.contract import PACKAGE, QUERY_MODULE
+from ..core.contract import PACKAGE
 from ..core.settings import Settings, SettingsError, load_settings, nearest_existing_folder
 from ..core.sizing.partitions import (
     TASKS_PER_CORE,
@@ -27,7 +27,6 @@ from ..job.guard import GuardReport, check_checkpoint
 from ..job.java import launched_by_spark_submit
 from ..job.state_checks import local_checksum_failures
 from .arguments import (
-    EXIT_BAD_INPUT,
     EXIT_CHECKPOINT_DRIFT,
     EXIT_QUERY_FAILED,
     add_settings_argument,
@@ -72,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held: CheckpointRead | None) -> int:
-    from pyspark.errors import AnalysisException, StreamingQueryException
+    from pyspark.errors import StreamingQueryException
 
     from ..job.connectors import require_connectors
     from ..job.endpoints.sources import check_kafka_inputs, require_brokers
@@ -88,13 +87,6 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held:
             for remark in check_kafka_inputs(spark, settings):
                 print(f"source: {remark}", file=remarks_to, flush=True)
             run_query(spark, settings, args.max_batches, args.timeout, held=held)
-        except AnalysisException as error:  # the query as written: a chain Spark does not run, a column it lacks
-            print(
-                f"query error: Spark refuses the query of {QUERY_MODULE}: {first_line(str(error))}; change the query"
-                " (no batch ran)",
-                file=sys.stderr,
-            )
-            return EXIT_BAD_INPUT
         except StreamingQueryException as error:
             print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)
             print(f"checkpoint: {settings.query.checkpoint_location}", file=sys.stderr)
@@ -165,7 +157,7 @@ def partition_remarks(settings: Settings, report: GuardReport) -> list[str]:
         way_out = (
             f"stop the job and move the state into fewer partitions: python -m {PACKAGE} repartition --partitions N"
             if settings.state_store.provider == "rocksdb"
-            else "a checkpoint of the hdfs store cannot be repartitioned: start a new checkpoint and reprocess"
+            else f"a checkpoint of the hdfs store cannot be repartitioned: {START_OVER}"
         )
         return [f"WARNING: checkpoint {checkpoint} pins {count} shuffle partitions: {beyond}; {way_out}"]
     return []
@@ -201,8 +193,7 @@ def damaged_checkpoint_advice(message: str, checkpoint: str) -> list[str]:
         return []
     return [
         *(f"checkpoint file: {path}" for path in named),
-        f"The checkpoint is damaged there; nothing was committed past it. To recover, {RESTORE_OR_RESTART}"
-        " (the output already written stays).",
+        f"The checkpoint is damaged there; nothing was committed past it. To recover, {RESTORE_OR_RESTART}.",
     ]
 
 

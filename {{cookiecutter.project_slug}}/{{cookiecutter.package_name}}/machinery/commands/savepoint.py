@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -10,7 +12,7 @@ from typing import Any
 
 from ..core.checkpoint.run_lock import holding
 from ..core.contract import PACKAGE
-from ..core.settings import load_settings
+from ..core.settings import ENV_PREFIX, load_settings
 from ..operations.savepoint import (
     CHECKPOINT,
     OUTPUT,
@@ -127,11 +129,19 @@ def cmd_restore(args: argparse.Namespace) -> int:
         raise
     print(f"savepoint: moved the absolute paths Spark wrote in {len(rewritten)} files to the new locations")
     _print_state(manifest)
-    lines = [f"  query.checkpoint_location to {targets.checkpoint}"]
+    changes = {"query.checkpoint_location": targets.checkpoint}
     if targets.output is not None:
-        lines.append(f"  sink.path to {targets.output}")
-    lines += [f"  {section}.files.path to {folder}" for section, folder in landing.items()]
-    print("next: set in the settings file\n" + "\n".join(lines))
+        changes["sink.path"] = targets.output
+    changes.update({f"{section}.files.path": folder for section, folder in landing.items()})
+    # Quoted as YAML reads them (JSON's quoting is YAML's): a path with ' #' is cut there unquoted.
+    print(
+        "next: set in the settings file\n"
+        + "\n".join(f"  {key}: {json.dumps(str(path))}" for key, path in changes.items())
+    )
+    variables = (
+        f"{ENV_PREFIX}{key.upper().replace('.', '__')}={shlex.quote(str(path))}" for key, path in changes.items()
+    )
+    print("or in the environment of the start\n" + "\n".join(f"  export {line}" for line in variables))
     print(f"then start the job: it goes on after batch {manifest['batch']}, as query {manifest['query_id']}")
     return 0
 

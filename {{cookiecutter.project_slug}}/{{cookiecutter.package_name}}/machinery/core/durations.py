@@ -31,6 +31,11 @@ _SPELLED_OUT = {
 _PAIR = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)(?=\s|$)")
 
 
+# A hundred years: Spark keeps an interval in microseconds, and the sizing multiplies durations by
+# rates; nothing longer is meant.
+LONGEST_SECONDS = 100 * 365 * 86400
+
+
 class DurationError(ValueError):
     """A duration string that Spark would not accept (or that is not positive)."""
 
@@ -72,6 +77,8 @@ def parse_duration(text: str) -> float:
         )
     if seconds <= 0:
         raise DurationError(f"{text!r} must be longer than zero")
+    if seconds > LONGEST_SECONDS:
+        raise DurationError(f"{text!r} is longer than {LONGEST_SECONDS // 86400:,} days; write a shorter duration")
     return seconds
 
 

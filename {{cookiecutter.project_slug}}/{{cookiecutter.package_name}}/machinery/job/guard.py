@@ -14,11 +14,18 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.checkpoint.files import CheckpointRead, CheckpointUnreadable, interrupted, local_checkpoint, read_checkpoint
+from ..core.checkpoint.files import (
+    START_OVER,
+    CheckpointRead,
+    CheckpointUnreadable,
+    interrupted,
+    local_checkpoint,
+    read_checkpoint,
+)
 from ..core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, provider_name
 from ..core.contract import PACKAGE
 from ..core.settings import Settings
-from .output_check import lost_output
+from .output_check import check_sink_log, lost_output, output_ahead
 from .session import spark_confs
 from .state_checks import snapshot_findings
 
@@ -39,7 +46,7 @@ class Drift:
         return (
             f"{self.setting} is {self.in_settings} in settings, but the checkpoint {checkpoint} holds"
             f" {self.in_checkpoint}: {self.why} Either set {self.setting} back to {self.in_checkpoint},"
-            f" or set query.checkpoint_location to a new directory and reprocess the input from the start{keep}."
+            f" or {START_OVER}{keep}."
         )
 
 
@@ -72,6 +79,8 @@ def check_checkpoint(settings: Settings) -> GuardReport:
         raise CheckpointUnreadable(unfinished.message())
     held = read_checkpoint(checkpoint)
     report.held = held
+    check_sink_log(settings)
+    report.refusals += output_ahead(settings, held)
     if held.last_batch is None:
         report.notes.append(f"no checkpoint yet at {checkpoint}: this run starts one")
         return report

@@ -1,9 +1,17 @@
-"""Committed output that is gone: found before a start, since Spark does not look.
+"""The output against the checkpoint, found before a start, since Spark does not look.
 
-A restart continues from the checkpoint and never writes a committed batch again, so output deleted
-between runs is lost for good; the parquet sink even runs on until its log's next merge needs the
-entries that went with it. The file sink keeps a log of every file it committed (`_spark_metadata`),
-a Delta table its own; both are read here, without Spark, and compared with the checkpoint.
+Committed output that is gone: a restart continues from the checkpoint and never writes a committed
+batch again, so output deleted between runs is lost for good; the parquet sink even runs on until its
+log's next merge needs the entries that went with it.
+
+Output ahead of the checkpoint: a sink knows a batch by its id alone (the file sink by its log's
+entry, a Delta table by the query id and batch id of its transactions), and skips a batch it holds
+as written already. A new checkpoint numbers its batches from 0 again, and an older copy of the
+checkpoint numbers them from where it stood: against an output that went further, their input would
+be skipped, lost without a word.
+
+The file sink keeps a log of every file it committed (`_spark_metadata`), a Delta table its own;
+both are read here, without Spark, and compared with the checkpoint.
 """
 
 from __future__ import annotations
@@ -12,9 +20,18 @@ import json
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from ..core.checkpoint.files import last_committed, local_checkpoint
-from ..core.checkpoint.sink_log import LOG_DIR
+from ..core.checkpoint.files import (
+    START_OVER,
+    CheckpointRead,
+    CheckpointUnreadable,
+    check_checksums,
+    last_committed,
+    local_checkpoint,
+    query_id,
+)
+from ..core.checkpoint.sink_log import LOG_DIR, LOG_VERSION, logged_batches
 from ..core.settings import Settings
+from .endpoints.sinks import committed_version
 
 MISSING_SHOWN = 3  # the missing files named in the line, of however many
 
@@ -40,26 +57,85 @@ def lost_output(settings: Settings, checkpoint: Path) -> tuple[list[str], list[s
     return [
         f"sink.path {output} has lost committed output: {problem}, while the checkpoint {checkpoint} has committed"
         f" batches up to {last}, which a restart never writes again. Put the output back as it was (a backup, or"
-        " where it was moved); or write everything again: set query.checkpoint_location to a new directory and"
-        " sink.path to an empty one, and reprocess the input from the start"
+        f" where it was moved); or write everything again: {START_OVER}"
     ], []
+
+
+def check_sink_log(settings: Settings) -> None:
+    """CheckpointUnreadable naming a parquet sink's log entry that is damaged: one that no longer matches
+    its checksum, or, from the newest merge file on (what Spark and every reader of the output read),
+    one that does not parse. Spark would go on writing batches, and the output could no longer be read."""
+    output = local_checkpoint(settings.sink.path) if settings.sink.type == "parquet" else None
+    batches = [] if output is None else logged_batches(output)
+    if output is None or not batches:
+        return
+    log = output / LOG_DIR
+    entries = [entry for batch in batches for entry in (log / f"{batch}.compact", log / str(batch)) if entry.is_file()]
+    way_on = f"put the output back with its {LOG_DIR} from a copy, or {START_OVER}"
+    check_checksums(entries, way_on)
+    merged = [entry for entry in entries if entry.name.endswith(".compact")]
+    for entry in entries[entries.index(merged[-1]) if merged else 0 :]:
+        lines = entry.read_text(encoding="utf-8", errors="replace").splitlines()
+        if not lines or lines[0] != LOG_VERSION or not all(_is_entry(line) for line in lines[1:] if line.strip()):
+            raise CheckpointUnreadable(
+                f"{entry} is not a {LOG_VERSION} entry of the file sink's log (cut short or changed): Spark would"
+                f" go on writing batches, and the output could no longer be read; {way_on}"
+            )
+
+
+def _is_entry(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line).get("path"), str)
+    except (ValueError, AttributeError):
+        return False
+
+
+def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
+    """One line when the output holds batches past the last one the checkpoint logged, which the sink
+    would skip as written (see the module's docstring); [] otherwise."""
+    output = None if settings.sink.type == "console" else local_checkpoint(settings.sink.path)
+    if output is None:
+        return []
+    last = -1 if held.last_batch is None else held.last_batch
+    if settings.sink.type == "parquet":
+        batches = logged_batches(output)
+        newest, log = (batches[-1] if batches else -1), f"its log {output / LOG_DIR}"
+    elif (output / "_delta_log").is_dir() and (held.checkpoint / "metadata").is_file():
+        query = query_id(held.checkpoint)
+        newest, log = committed_version(str(output), query), f"its Delta log's transactions of query {query}"
+    else:
+        return []
+    if newest <= last:
+        return []
+    skipped = f"batches {last + 1} to {newest}" if newest > last + 1 else f"batch {newest}"
+    where = (
+        f"and the checkpoint {held.checkpoint} has logged no batch yet"
+        if held.last_batch is None
+        else f"past batch {last}, the last the checkpoint {held.checkpoint} logged"
+    )
+    way_out = (
+        "set sink.path to an empty directory too, or set query.checkpoint_location back to the checkpoint that"
+        " wrote that output"
+        if held.last_batch is None
+        else f"put back the checkpoint that wrote that output (a savepoint restores both together), or {START_OVER}"
+    )
+    return [
+        f"sink.path {output} holds the output of batches up to {newest} ({log}), {where}: the sink would take"
+        f" this checkpoint's {skipped} as written already and skip them, and their input would be lost."
+        f" Nothing was started; {way_out}"
+    ]
 
 
 def _file_sink_problem(output: Path, last_committed: int) -> str | None:
     log = output / LOG_DIR
     if not log.is_dir():
         return f"{LOG_DIR}, the parquet sink's log of the files it committed, is not there"
-    batches = sorted(number for number in map(_batch_number, log.iterdir()) if number is not None)
+    batches = logged_batches(output)
     if not batches or batches[-1] < last_committed:
         ends = f"ends at batch {batches[-1]}" if batches else "is empty"
         return f"its {LOG_DIR} {ends}"
     missing = [path for path in _live_files(log, batches) if not path.exists()]
     return _missing(missing)
-
-
-def _batch_number(path: Path) -> int | None:
-    name = path.name.removesuffix(".compact")
-    return int(name) if name.isdigit() else None
 
 
 def _live_files(log: Path, batches: list[int]) -> list[Path]:

@@ -161,8 +161,8 @@ class StateWatchdog:
                     " partition where heap-held state brings long GC pauses and out-of-memory failures."
                     " The provider cannot be switched on this checkpoint: Spark pinned it at the first run"
                     " and ignores a new one. To move to RocksDB, set state_store.provider to rocksdb with a"
-                    " new query.checkpoint_location and reprocess the input; until then, give the executors"
-                    " more memory.",
+                    " new query.checkpoint_location and an empty sink.path, and reprocess the input; until then,"
+                    " give the executors more memory.",
                 )
             )
         self._given.update(warning.kind for warning in found)

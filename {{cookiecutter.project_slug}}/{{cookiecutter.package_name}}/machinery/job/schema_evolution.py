@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core.checkpoint.files import CheckpointRead, ColumnFamily, recorded_encoding
+from ..core.checkpoint.files import START_OVER, CheckpointRead, ColumnFamily, recorded_encoding
 from ..core.plan_operators import PlanOperator
 from .processor_state import PLAN_NODE, StateVariable, declared_state
 
@@ -185,8 +185,7 @@ def refusal(changes: Sequence[SchemaChange], checkpoint: str, encoding: str) -> 
     what = "; ".join(f"{change.where}: {change.what}" for change in refused)
     return (
         f"the state's schema changed in a way Spark refuses: {what} (the checkpoint {checkpoint} is encoded"
-        f" {encoding}, fixed when it started). Either change the processor's state schema back, or set"
-        " query.checkpoint_location to a new directory and reprocess the input from the start."
+        f" {encoding}, fixed when it started). Either change the processor's state schema back, or {START_OVER}."
     )
 
 
@@ -226,6 +225,6 @@ def schema_refusal_advice(message: str) -> list[str]:
         return []
     return [
         f"checkpoint: the query's state schema no longer fits the one in the checkpoint (Spark's {found}; no batch"
-        " ran on the changed query). Either change the query back, or set query.checkpoint_location to a new"
-        " directory and reprocess the input from the start (docs/state.md, Changing the state's schema)."
+        f" ran on the changed query). Either change the query back, or {START_OVER} (docs/state.md, Changing the"
+        " state's schema)."
     ]

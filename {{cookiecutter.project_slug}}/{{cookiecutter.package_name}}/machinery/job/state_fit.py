@@ -10,6 +10,9 @@ left as it was.
   both strings) passes that check, and the old state is read back under the new key: wrong counts,
   silently (seen on Spark 4.2.1). So the first run records each operator's key in `state_key.json`
   in the checkpoint directory, and every later start compares the query's key with that record.
+- The window each windowed aggregation's state holds, recorded beside the key: with another window
+  length, Spark would go on adding to the windows of the old length beside the new ones, and the
+  output would hold overlapping windows, one key's events split between them.
 - custom_state's state schemas (schema_evolution.py).
 """
 
@@ -22,7 +25,7 @@ from collections.abc import Sequence
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
-from ..core.checkpoint.files import CheckpointRead, CheckpointUnreadable
+from ..core.checkpoint.files import START_OVER, CheckpointRead, CheckpointUnreadable
 from ..core.operators import BY_SPARK_NAME
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
 from ..core.settings import Settings, SettingsError
@@ -53,8 +56,7 @@ def operators_drift(plan: Sequence[PlanOperator], held: CheckpointRead | None, c
         f"the query's stateful operators changed: the checkpoint {checkpoint} holds the state of"
         f" {chain(held_flow)}, and the query now runs {chain(now_flow)} ({_difference(held_flow, now_flow)})."
         " Spark keeps each operator's state by its place in the query, so the state cannot serve the new"
-        f" query. Either change the query back to {chain(held_flow)}, or set query.checkpoint_location to a new"
-        " directory and reprocess the input from the start."
+        f" query. Either change the query back to {chain(held_flow)}, or {START_OVER}."
     )
 
 
@@ -79,9 +81,12 @@ class StateKeyChanged(Exception):
             f"the state key changed: the state in this checkpoint was written keyed by {'; '.join(recorded)},"
             f" and this query keys it by {'; '.join(now) or 'nothing (no stateful operator)'} (recorded in"
             f" {record}). Spark would read the old state under the new key without an error and give wrong"
-            " results. Either change the query back, or set query.checkpoint_location to a new directory and"
-            " reprocess the input from the start."
+            f" results. Either change the query back, or {START_OVER}."
         )
+
+
+class StateWindowChanged(Exception):
+    """A windowed aggregation's window is not the one its state holds."""
 
 
 class KeyRecord:
@@ -97,23 +102,26 @@ class KeyRecord:
         self._fs = self._path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
         self._io = jvm.org.apache.commons.io.IOUtils
 
-    def read(self) -> list[str] | None:
+    def read(self) -> tuple[list[str], list[str | None] | None] | None:
+        """(the key of each operator, the window of each where recorded: older records have none)."""
         if not self._fs.exists(self._path):
             return None
         try:
             stream = self._fs.open(self._path)
             try:
-                keys = json.loads(self._io.toString(stream, "UTF-8"))["state_keys"]
+                record = json.loads(self._io.toString(stream, "UTF-8"))
             finally:
                 stream.close()
-        except (Py4JJavaError, json.JSONDecodeError, KeyError, TypeError):  # Java: a checksum mismatch
-            keys = None
-        if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
+            keys, windows = record["state_keys"], record.get("windows")
+        except (Py4JJavaError, json.JSONDecodeError, KeyError, TypeError, AttributeError):  # Java: a checksum mismatch
+            keys = windows = None
+        texts = isinstance(keys, list) and all(isinstance(key, str) for key in keys)
+        if not texts or not (windows is None or isinstance(windows, list) and len(windows) == len(keys)):
             raise CheckpointUnreadable(
                 f"{self.location}: not a state key record (damaged?); remove it if the query's state key is"
                 " unchanged (the next start records it again), or restore the checkpoint from a copy"
             )
-        return keys
+        return keys, windows
 
     def has_commits(self) -> bool:
         commits = self._jvm.org.apache.hadoop.fs.Path(self._path.getParent(), "commits")
@@ -121,8 +129,8 @@ class KeyRecord:
             return False
         return any(status.getPath().getName().isdigit() for status in self._fs.listStatus(commits))
 
-    def write(self, keys: list[str]) -> None:
-        text = json.dumps({"state_keys": keys}, indent=2) + "\n"
+    def write(self, keys: list[str], windows: list[str | None]) -> None:
+        text = json.dumps({"state_keys": keys, "windows": windows}, indent=2) + "\n"
         stream = self._fs.create(self._path, True)
         try:
             stream.write(bytearray(text.encode("utf-8")))
@@ -135,17 +143,37 @@ def check_state_key(spark: SparkSession, result: DataFrame, checkpoint: str, rec
     (a start, not `check`), record it when none is. Returns a note for the log when a checkpoint with
     state had no record."""
     keys = KeyRecord(spark, checkpoint)
-    now = state_keys(result)
-    recorded = keys.read()
-    if recorded is not None and recorded != now and keys.has_commits():
-        raise StateKeyChanged(keys.location, recorded, now)
-    if recorded == now or not record:
+    plan = read_plan(result)
+    now, windows = [operator.key_line for operator in plan], [operator.window for operator in plan]
+    recorded, recorded_windows = keys.read() or (None, None)
+    if recorded is not None and keys.has_commits():
+        if recorded != now:
+            raise StateKeyChanged(keys.location, recorded, now)
+        held_windows = recorded_windows if recorded_windows is not None else windows  # older records: none
+        changed = [(op, held) for op, held in zip(plan, held_windows, strict=True) if held != op.window]
+        if changed:
+            raise StateWindowChanged(_window_change(changed, keys.location))
+    if (recorded, recorded_windows) == (now, windows) or not record:
         return None
-    # No record, or one left by a run that committed nothing (so no state was kept under it).
-    keys.write(now)
+    # No record, one without the windows, or one left by a run that committed nothing (no state kept under it).
+    keys.write(now, windows)
     if recorded is None and keys.has_commits():
         return f"{keys.location} was missing (a checkpoint older than this check): recorded {'; '.join(now)}"
     return None
+
+
+def _window_change(changed: list[tuple[PlanOperator, str | None]], record: str) -> str:
+    what = "; ".join(
+        f"operator {op.operator_id} ({op.kind}) holds windows of {held}, and this query makes windows of {op.window}"
+        for op, held in changed
+    )
+    back = " and ".join(str(held) for _, held in changed)
+    return (
+        f"the window changed: {what} (recorded in {record}). Spark would go on adding to the windows the state"
+        " holds beside the new ones: the output would hold overlapping windows, with one key's events split"
+        f" between them. Either set the window back to {back} (query.window, where the query takes it from"
+        f" there), or {START_OVER}."
+    )
 
 
 def check_fit(

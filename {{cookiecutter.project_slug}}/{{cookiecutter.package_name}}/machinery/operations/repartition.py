@@ -33,6 +33,7 @@ from ..core.checkpoint.files import (
     ASIDE,
     COPY_SUFFIX,
     DISCARDED,
+    START_OVER,
     WORKING_COPY,
     batch_metadata,
     interrupted,
@@ -113,8 +114,7 @@ def plan(location: str, partitions: int, finish_last_batch: bool = False) -> Pla
     if provider != "rocksdb":
         raise RepartitionRefused(
             f"{checkpoint} holds the state of the {provider} store, and Spark's repartitioning rewrites RocksDB"
-            " state only. To change the partitions, set query.checkpoint_location to a new directory and"
-            " reprocess the input from the start; to be able to repartition later, take that chance to move"
+            f" state only. To change the partitions, {START_OVER}; to be able to repartition later, take that chance to move"
             " to state_store.provider rocksdb (the provider is pinned by the first run, like the partitions)"
         )
     holding_it = holder(checkpoint)

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..confs import ENCODING_CONF
 from ..contract import PACKAGE
 from .copying import PARTIAL
+from .path_records import hadoop_crc
 
 
 def local_checkpoint(location: str) -> Path | None:
@@ -136,16 +138,22 @@ class CheckpointUnreadable(Exception):
     """A checkpoint file the guard cannot parse; the message names it."""
 
 
-RESTORE_OR_RESTART = (
-    "restore the checkpoint from a copy, or set query.checkpoint_location to a new directory and reprocess"
-    " the input from the start"
+# Starting over: a new checkpoint writes its batches from 0, and a file sink whose log already holds
+# those batches would skip them as written (their input lost); a Delta table would get them twice.
+START_OVER = (
+    "set query.checkpoint_location to a new directory and sink.path to an empty one, and reprocess the input"
+    " from the start"
 )
+RESTORE_OR_RESTART = f"restore the checkpoint from a copy, or {START_OVER}"
 
 
 def check_log_files(checkpoint: Path) -> None:
-    """Damage Spark reports badly or not at all, found before it starts: a half-written `metadata`
-    (a Java stack trace otherwise), and a log entry's checksum file left without the entry (Spark
-    then claims another query uses the checkpoint). A half-written commit record is named where it is read."""
+    """Damage Spark reports badly or not at all, found before it starts: a file that no longer matches
+    the checksum Hadoop wrote beside it (Spark reads offsets, commits and metadata without looking at
+    it: a changed digit in a commit's watermark passes silently), a half-written `metadata` (a Java
+    stack trace otherwise), and a log entry's checksum file left without the entry (Spark then claims
+    another query uses the checkpoint). A half-written commit record is named where it is read."""
+    check_checksums(checksummed_files(checkpoint), RESTORE_OR_RESTART)
     if (checkpoint / "metadata").is_file():
         query_id(checkpoint)
     for log in ("offsets", "commits"):
@@ -157,6 +165,28 @@ def check_log_files(checkpoint: Path) -> None:
                     f"{checksum} is left without {entry} (the entry was removed or lost): remove {checksum} too,"
                     f" and Spark runs batch {entry.name} again from its offsets; or {RESTORE_OR_RESTART}"
                 )
+
+
+def checksummed_files(checkpoint: Path) -> list[Path]:
+    """The checkpoint's files that Spark reads whole and trusts: its logs, its metadata, each operator's
+    state metadata and state schemas (the state's data files are the integrity settings' and state_checks')."""
+    logs = [path for log in ("offsets", "commits") for path in _numbered(checkpoint / log)]
+    state = checkpoint / "state"
+    kept = [*state.glob("*/_metadata/metadata"), *state.glob("*/_metadata/v2/*"), *state.glob("*/_stateSchema/*/*")]
+    kept += state.glob("*/0/**/_metadata/schema")
+    return [*logs, checkpoint / "metadata", *(path for path in kept if not path.name.startswith("."))]
+
+
+def check_checksums(files: Iterable[Path], way_on: str) -> None:
+    """CheckpointUnreadable naming the first file whose bytes no longer match the `.<name>.crc` Hadoop wrote
+    beside it (a file without one is not checked)."""
+    for path in files:
+        checksum = path.with_name(f".{path.name}.crc")
+        if path.is_file() and checksum.is_file() and hadoop_crc(path.read_bytes()) != checksum.read_bytes():
+            raise CheckpointUnreadable(
+                f"{path} does not match its checksum {checksum.name} (its bytes changed after Spark wrote it,"
+                f" and Spark would read it as it is): {way_on}"
+            )
 
 
 def empty_state_files(checkpoint: Path) -> list[Path]:

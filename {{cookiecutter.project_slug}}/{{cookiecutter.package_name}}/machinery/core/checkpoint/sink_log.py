@@ -35,6 +35,13 @@ def record_empty_batch(output: Path, batch: int, configured_interval: int = DEFA
     return target
 
 
+def logged_batches(output: Path) -> list[int]:
+    """The batches the sink's log holds an entry for (a batch or a merge file), in order; [] without a log."""
+    log = output / LOG_DIR
+    names = (path.name.removesuffix(".compact") for path in log.iterdir()) if log.is_dir() else ()
+    return sorted(int(name) for name in names if name.isdigit())
+
+
 def remove_entries_after(output: Path, batch: int) -> list[Path]:
     """Remove the log's entries (and checksums) of batches after `batch`: those of a batch that the
     checkpoint no longer holds, such as the one a repartition that was rolled back added."""

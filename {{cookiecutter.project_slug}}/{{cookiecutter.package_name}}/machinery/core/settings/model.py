@@ -35,7 +35,7 @@ from ..durations import AVAILABLE_NOW, parse_duration
 from ..operators import NAMES, OPERATORS
 from ..plan_operators import PlanOperator, chain, flow_order
 from ..sizing import capacity
-from ..sizing.capacity import Estimate
+from ..sizing.capacity import JAVA_INT, MAXIMA, Estimate
 from ..sizing.partitions import SPARK_MAX_PARTITIONS
 
 if TYPE_CHECKING:
@@ -50,6 +50,13 @@ ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # Conf names whose values are credentials: Spark's own redaction pattern, plus the account and
 # private keys of Azure and Google Cloud storage.
 SECRET_CONF = re.compile(r"(?i)secret|password|token|access[.]?key|account[.]key|private[.]key")
+
+
+# Spark reads these settings as a Java int or long: a larger value fails inside Spark, after it started.
+JAVA_LONG = 2**63 - 1
+MAX_ROWS_PER_SECOND, MAX_KEYS = MAXIMA["input_rows_per_second"], MAXIMA["key_cardinality"]
+# A factor the sizing multiplies by, or the watchdog compares with.
+MAX_FACTOR = MAXIMA["state_growth_factor"]
 
 
 class SettingsError(Exception):
@@ -126,10 +133,14 @@ class SparkSettings(Section):
 
 class RocksDBSettings(Section):
     bounded_memory_usage: bool = Field(False, description="true or false")
-    max_memory_usage_mb: int = Field(500, gt=0, description="megabytes greater than zero")
-    block_cache_size_mb: int | None = Field(None, gt=0, description="megabytes greater than zero, or null")
-    write_buffer_size_mb: int | None = Field(None, gt=0, description="megabytes greater than zero, or null")
-    max_write_buffer_number: int | None = Field(None, gt=0, description="a whole number greater than zero, or null")
+    max_memory_usage_mb: int = Field(500, gt=0, le=JAVA_INT, description="megabytes greater than zero")
+    block_cache_size_mb: int | None = Field(None, gt=0, le=JAVA_INT, description="megabytes greater than zero, or null")
+    write_buffer_size_mb: int | None = Field(
+        None, gt=0, le=JAVA_INT, description="megabytes greater than zero, or null"
+    )
+    max_write_buffer_number: int | None = Field(
+        None, gt=0, le=JAVA_INT, description="a whole number greater than zero, or null"
+    )
     compact_on_commit: bool = Field(False, description="true or false")
     track_total_number_of_rows: bool = Field(True, description="true or false")
 
@@ -151,7 +162,7 @@ class IntegritySettings(Section):
 class StateStoreSettings(Section):
     provider: Literal["hdfs", "rocksdb"] = Field(description="hdfs or rocksdb")
     changelog_checkpointing: bool = Field(False, description="true or false (rocksdb only)")
-    min_batches_to_retain: int = Field(100, ge=1, description="a whole number of batches, 1 or more")
+    min_batches_to_retain: int = Field(100, ge=1, le=JAVA_INT, description="a whole number of batches, 1 or more")
     # How state rows are encoded; pinned by a checkpoint. The default is Spark's (and what checkpoints
     # written before this setting hold); avro lets a custom_state processor's state schema evolve.
     encoding_format: Literal["unsaferow", "avro"] = Field("unsaferow", description="unsaferow or avro")
@@ -174,12 +185,16 @@ class StateStoreSettings(Section):
 
 
 class RateSourceSettings(Section):
-    rows_per_second: int = Field(1000, gt=0, description="a whole number of rows per second greater than zero")
-    rows_per_batch: int | None = Field(None, gt=0, description="rows per micro-batch greater than zero, or null")
+    rows_per_second: int = Field(
+        1000, gt=0, le=MAX_ROWS_PER_SECOND, description="a whole number of rows per second greater than zero"
+    )
+    rows_per_batch: int | None = Field(
+        None, gt=0, le=JAVA_LONG, description="rows per micro-batch greater than zero, or null"
+    )
     advance_per_batch: Duration = Field("1 second", description="a Spark interval of 1 millisecond or more")
-    start_timestamp_ms: int = Field(0, ge=0, description="epoch milliseconds, 0 or more")
-    keys: int = Field(1000, gt=0, description="a whole number of distinct keys greater than zero")
-    num_partitions: int | None = Field(None, gt=0, description="a whole number greater than zero, or null")
+    start_timestamp_ms: int = Field(0, ge=0, le=JAVA_LONG, description="epoch milliseconds, 0 or more")
+    keys: int = Field(1000, gt=0, le=JAVA_INT, description="a whole number of distinct keys greater than zero")
+    num_partitions: int | None = Field(None, gt=0, le=JAVA_INT, description="a whole number greater than zero, or null")
 
     @field_validator("advance_per_batch")
     @classmethod
@@ -200,7 +215,10 @@ class FilesSourceSettings(Section):
     path: str = Field(f"landing/{PACKAGE}", min_length=1, description="the landing directory")
     format: Literal["json", "csv", "parquet"] = Field("json", description="json, csv or parquet")
     max_files_per_trigger: int | None = Field(
-        1000, gt=0, description="a whole number of files per micro-batch greater than zero, or null for all"
+        1000,
+        gt=0,
+        le=JAVA_INT,
+        description="a whole number of files per micro-batch greater than zero, or null for all",
     )
     clean_source: Literal["off", "archive", "delete"] = Field("off", description="off, archive or delete")
     archive_dir: str | None = Field(None, min_length=1, description="a directory outside path, or null")
@@ -232,7 +250,7 @@ class KafkaSourceSettings(Section):
     topic_pattern: str | None = Field(None, min_length=1, description="a Java regular expression, or null")
     starting_offsets: Literal["earliest", "latest"] = Field("earliest", description="earliest or latest")
     max_offsets_per_trigger: int | None = Field(
-        None, gt=0, description="a whole number of records per micro-batch greater than zero, or null"
+        None, gt=0, le=JAVA_LONG, description="a whole number of records per micro-batch greater than zero, or null"
     )
     fail_on_data_loss: bool = Field(True, description="true or false")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
@@ -321,7 +339,7 @@ class SinkSettings(Section):
         "append", description="append or update (complete would keep every window's state forever)"
     )
     path: str = Field(f"output/{PACKAGE}", min_length=1, description="an output directory")
-    console_rows: int = Field(20, gt=0, description="rows to print per batch, greater than zero")
+    console_rows: int = Field(20, gt=0, le=JAVA_INT, description="rows to print per batch, greater than zero")
     delta: DeltaSinkSettings = Field(default_factory=DeltaSinkSettings)
 
     @property
@@ -347,7 +365,7 @@ class JoinSettings(Section):
 
 class CustomStateSettings(Section):
     session_timeout: Duration = Field("30 minutes", description="a Spark interval such as '30 minutes'")
-    recent_events: int = Field(5, gt=0, description="a whole number of event ids greater than zero")
+    recent_events: int = Field(5, gt=0, le=JAVA_INT, description="a whole number of event ids greater than zero")
 
 
 class QuerySettings(Section):
@@ -426,9 +444,13 @@ class OperatorCapacity(Section):
 
     # The operator this entry is for (the plan's name for it), checked against the plan; null: any.
     operator: str | None = Field(None, description="the operator's name, as `estimate` lists it, or null")
-    input_rows_per_second: float | None = Field(None, gt=0, description="rows per second greater than zero, or null")
-    key_cardinality: int | None = Field(None, gt=0, description="a whole number of keys greater than zero, or null")
-    state_bytes_per_row: int | None = Field(None, gt=0, description="bytes greater than zero, or null")
+    input_rows_per_second: float | None = Field(
+        None, gt=0, le=MAX_ROWS_PER_SECOND, description="rows per second greater than zero, or null"
+    )
+    key_cardinality: int | None = Field(
+        None, gt=0, le=MAX_KEYS, description="a whole number of keys greater than zero, or null"
+    )
+    state_bytes_per_row: int | None = Field(None, gt=0, le=JAVA_INT, description="bytes greater than zero, or null")
 
 
 def _json_or_text(value: Any, field: Any) -> Any:
@@ -452,17 +474,21 @@ def _param_problem(problem: Any) -> str:
 
 
 class CapacitySettings(Section):
-    input_rows_per_second: float = Field(gt=0, description="rows per second greater than zero")
+    input_rows_per_second: float = Field(gt=0, le=MAX_ROWS_PER_SECOND, description="rows per second greater than zero")
     # Distinct keys (windowed_aggregation, custom_state); null: unknown, every event may be a new key.
-    key_cardinality: int | None = Field(None, gt=0, description="a whole number of keys greater than zero, or null")
+    key_cardinality: int | None = Field(
+        None, gt=0, le=MAX_KEYS, description="a whole number of keys greater than zero, or null"
+    )
     # stream_stream_join: the rate of join_source; null: the same as input_rows_per_second.
     join_input_rows_per_second: float | None = Field(
-        None, gt=0, description="rows per second greater than zero, or null"
+        None, gt=0, le=MAX_ROWS_PER_SECOND, description="rows per second greater than zero, or null"
     )
-    state_bytes_per_row: int = Field(gt=0, description="bytes greater than zero")
+    state_bytes_per_row: int = Field(gt=0, le=JAVA_INT, description="bytes greater than zero")
     # The most cores the job will run on, for the shuffle-partition advice and the cores warning; null: not known.
-    max_cores: int | None = Field(None, gt=0, description="a whole number of cores greater than zero, or null")
-    state_growth_factor: float = Field(1.0, ge=1, description="a number of 1 or more")
+    max_cores: int | None = Field(
+        None, gt=0, le=JAVA_INT, description="a whole number of cores greater than zero, or null"
+    )
+    state_growth_factor: float = Field(1.0, ge=1, le=MAX_FACTOR, description="a number of 1 or more")
     # A query of several stateful operators: an entry per operator, in the order events reach them.
     operators: list[OperatorCapacity] = Field(
         default_factory=list, description="a list of one entry per stateful operator of the query"
@@ -475,7 +501,7 @@ class MonitoringSettings(Section):
     # Spark's own streaming metrics (spark.sql.streaming.metricsEnabled), for Prometheus and other sinks.
     metrics_enabled: bool = Field(False, description="true or false")
     # Warn once when the measured state rows pass the estimate by this factor.
-    state_warning_factor: float = Field(2.0, gt=1, description="a number greater than 1")
+    state_warning_factor: float = Field(2.0, gt=1, le=MAX_FACTOR, description="a number greater than 1")
     # Warn loudly when HDFS-backed state per partition passes this share of the 1 GiB RocksDB threshold.
     hdfs_memory_warning_share: float = Field(0.8, gt=0, le=1, description="a share greater than 0 and at most 1")
 

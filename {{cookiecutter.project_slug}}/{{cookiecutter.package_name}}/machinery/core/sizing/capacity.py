@@ -33,6 +33,19 @@ ASSUMED_BYTES_PER_ROW = (
     " measures the footprint per row for this query and provider"
 )
 PROVIDERS = ("hdfs", "rocksdb")
+JAVA_INT = 2**31 - 1
+# The largest value of each sizing input: far above any real job (a larger one is a typo), so that the
+# arithmetic stays finite, and within the Java int Spark reads a count as. The settings and the bake's
+# answers refuse more.
+MAXIMA = {
+    "input_rows_per_second": 10**12,
+    "join_input_rows_per_second": 10**12,
+    "key_cardinality": 10**15,
+    "state_bytes_per_row": JAVA_INT,
+    "shuffle_partitions": JAVA_INT,
+    "max_cores": JAVA_INT,
+    "state_growth_factor": 1000,
+}
 
 DEFAULT_TRIGGER = "10 seconds"  # settings.yaml's default
 # The operator-specific inputs, their defaults, and the setting each comes from.

@@ -34,7 +34,10 @@ BAD_ANSWERS = [
     ({"input_rows_per_second": "lots"}, "input_rows_per_second 'lots' is not a number"),
     ({"input_rows_per_second": "1e999"}, "input_rows_per_second '1e999' is too large to be a number"),
     ({"input_rows_per_second": "10,000"}, "input_rows_per_second '10,000' is not a number"),
-    ({"input_rows_per_second": "1e300"}, "input_rows_per_second '1e300' is more than 1,000,000,000,000, which no job"),
+    (
+        {"input_rows_per_second": "1e300"},
+        "input_rows_per_second '1e300' is more than 1,000,000,000,000,000, which no job",
+    ),
     (
         {"key_cardinality": "10000000000000000"},
         "key_cardinality '10000000000000000' is not valid: write a whole number",

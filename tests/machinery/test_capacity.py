@@ -400,6 +400,23 @@ def test_estimate_command_rejects_a_bad_watermark():
     assert "estimate error: watermark 'soon' is not an interval Spark can parse" in result.stderr
 
 
+def test_estimate_refuses_figures_beyond_any_job_in_one_line():
+    """A rate of 1e308 ended in an OverflowError inside the arithmetic; now one line, exit 2."""
+    result = run_cli(
+        "estimate", "--rate", "1e308", "--watermark", "1 minute", "--bytes-per-row", "1", "--partitions", "1"
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == "estimate error: --rate 1e+308 is more than 1,000,000,000,000,000, which no job reaches"
+    )
+    result = run_cli(
+        "estimate", "--rate", "1", "--watermark", "99999999999 days", "--bytes-per-row", "1", "--partitions", "1"
+    )
+    assert result.returncode == 2
+    assert "estimate error: watermark '99999999999 days' is longer than 36,500 days" in result.stderr
+
+
 @pytest.mark.parametrize(
     "text", ["10 minutes", "2 hours", "1 hour 30 minutes", "500 milliseconds", "1 week", "1.5 seconds"]
 )

@@ -206,3 +206,61 @@ def test_check_says_a_query_spark_refuses_in_the_one_line_the_start_gives(spark,
     assert said["check"].startswith("query error: Spark refuses the query of stream_job.query: ")
     assert said["check"].endswith("; change the query (no batch ran)")
     assert (digest(tmp_path / "checkpoint"), digest(tmp_path / "output")) == before
+
+
+def test_a_stateful_query_on_a_stateless_checkpoint_is_refused_and_its_store_is_no_matter(spark, tmp_path):
+    """A checkpoint whose query kept no state: its pinned store and partitions pin nothing, so other ones
+    are no drift (check said to set them back, then called it consistent); a stateful query on it is
+    refused before a batch (the start wrote its state key record, then Spark failed)."""
+    changes = files_job(tmp_path, "parquet", "hdfs", files=2)
+    path = write_settings_file(tmp_path / "settings.yaml", changes)
+    with edited_query({"def _iso(": STATELESS.lstrip("\n") + "\n\ndef _iso("}):
+        ran = run_cli("run", "--settings", str(path))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    checkpoint = tmp_path / "checkpoint"
+    assert not (checkpoint / "state").exists()
+    moved_on = deep_merge(changes, {"state_store": {"provider": "rocksdb"}, "spark": {"shuffle_partitions": 3}})
+    other = write_settings_file(tmp_path / "other.yaml", moved_on)
+    before = digest(checkpoint), digest(tmp_path / "output")
+    for command in ("check", "run"):
+        result = run_cli(command, "--settings", str(other))
+        assert result.returncode == 4, result.stderr[-3000:]
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"checkpoint error: the checkpoint {checkpoint} holds no state: its query ran no stateful operator, and"
+            f" the query now runs {BAKED_OPERATOR}. Spark would find no state for them and fail at the first batch."
+            " Either change the query back, or set query.checkpoint_location to a new directory and sink.path to an"
+            " empty one, and reprocess the input from the start."
+        )
+        assert "provider" not in result.stderr and "shuffle_partitions" not in result.stderr
+    assert (digest(checkpoint), digest(tmp_path / "output")) == before
+
+
+@pytest.mark.skipif(BAKED_OPERATOR != "windowed_aggregation", reason="renames the windowed count's column")
+def test_an_output_column_renamed_under_a_parquet_output_is_refused(spark, tmp_path):
+    """A renamed output column passed without a word, and show-output then read NULL for it in every
+    earlier row. Refused by the start and by check, nothing touched; the way out runs."""
+    changes = run_checkpoint(spark, tmp_path, ANY_PROVIDER)
+    path = write_settings_file(tmp_path / "same.yaml", changes)
+    output = tmp_path / "output"
+    before = digest(tmp_path / "checkpoint"), digest(output)
+    renamed = {'"events",\n        )': 'F.col("events").alias("count"),\n        )'}
+    for command in ("check", "run"):
+        with edited_query(renamed):
+            result = run_cli(command, "--settings", str(path))
+        assert result.returncode == 4, result.stderr[-3000:]
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"output error: the query's output columns changed: sink.path {output} holds rows of window_start,"
+            " window_end, key, events, and the query now writes window_start, window_end, key, count. Spark's"
+            " parquet sink would write on, and a reader of the output would take one file's columns for all: the"
+            " earlier rows would read NULL for the new columns, and the old ones would be gone. Either change the"
+            " query back, or set query.checkpoint_location to a new directory and sink.path to an empty one, and"
+            " reprocess the input from the start."
+        )
+    assert (digest(tmp_path / "checkpoint"), digest(output)) == before
+    # The way out: a new checkpoint and an empty sink.path.
+    anew = {"query": {"checkpoint_location": str(tmp_path / "cp-2")}, "sink": {"path": str(tmp_path / "out-2")}}
+    with edited_query(renamed):
+        again = run_cli(
+            "run", "--settings", str(write_settings_file(tmp_path / "anew.yaml", deep_merge(changes, anew)))
+        )
+    assert again.returncode == 0, again.stderr[-3000:]

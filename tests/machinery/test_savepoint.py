@@ -142,6 +142,39 @@ def test_a_job_moved_by_a_savepoint_goes_on_to_the_batch_computations_output(spa
     settings_now = load_settings(moved_settings)
     assertDataFrameEqual(read_output(spark, settings_now.sink), batch_expectation(spark, settings_now))
 
+    # Both ways: a file the manifest does not list is named (a stray data file in the output would be read as
+    # output, an extra offsets file as a batch); and no restore into the savepoint, or into a job's checkpoint.
+    stray = savepoint / "output" / "part-stray.snappy.parquet"
+    shutil.copy2(next((savepoint / "output").glob("*.parquet")), stray)
+    line = refused("verify", str(savepoint), expected=f"{stray} is not in the savepoint's manifest")
+    assert line.startswith("savepoint error: ")
+    stray.unlink()
+    extra = savepoint / "checkpoint" / "offsets" / "999"
+    extra.write_text("v1\n{}\n")
+    refused("verify", str(savepoint), expected=f"{extra} is not in the savepoint's manifest")
+    extra.unlink()
+    inside = savepoint / "restored"
+    refused(
+        "restore",
+        str(savepoint),
+        "--checkpoint",
+        str(inside),
+        "--output",
+        str(tmp_path / "o"),
+        expected=f"{inside} overlaps the savepoint {savepoint}",
+    )
+    nested = new["checkpoint"] / "restored"
+    refused(
+        "restore",
+        str(savepoint),
+        "--checkpoint",
+        str(nested),
+        "--output",
+        str(tmp_path / "o"),
+        expected=f"{nested} is inside {new['checkpoint']}, a checkpoint",
+    )
+    assert not inside.exists() and not nested.exists() and not (tmp_path / "o").exists()
+
     # A damaged savepoint: verify names the file; restore refuses it and writes nothing.
     target = next(path for path in sorted((savepoint / "checkpoint" / "state").rglob("*")) if path.is_file())
     target.write_bytes(target.read_bytes()[:-1] + bytes([target.read_bytes()[-1] ^ 1]))

@@ -64,7 +64,7 @@ BAD_VALUES = [
     # Values the settings once took, then failed with a traceback: in the sizing's arithmetic, or in Spark.
     (
         {"capacity": {"input_rows_per_second": 1e308}},
-        "capacity.input_rows_per_second = 1e+308: Input should be less than or equal to 1000000000000",
+        "capacity.input_rows_per_second = 1e+308: Input should be less than or equal to 1000000000000000",
     ),
     (
         {"state_store": {"min_batches_to_retain": 99999999999999999999}},

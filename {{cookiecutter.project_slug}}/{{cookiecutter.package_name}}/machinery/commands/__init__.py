@@ -27,6 +27,7 @@ from ..job.connectors import ConnectorError
 from ..job.endpoints.sinks import MissingPackageError
 from ..job.endpoints.sources import KafkaSourceError
 from ..job.java import JavaError
+from ..job.output_check import OutputColumnsChanged
 from ..job.query_plan import QueryRefused
 from ..job.schema_evolution import StateSchemaRefused
 from ..job.state_fit import OperatorsChanged, StateKeyChanged, StateWindowChanged
@@ -55,6 +56,7 @@ REFUSALS: dict[type[Exception], tuple[str, int]] = {
     SavepointMismatch: ("savepoint error", EXIT_CHECKPOINT_DRIFT),
     InspectError: ("inspect error", EXIT_BAD_INPUT),
     KafkaSourceError: ("source error", EXIT_BAD_INPUT),
+    OutputColumnsChanged: ("output error", EXIT_CHECKPOINT_DRIFT),
 }
 
 __all__ = ["main", "parser"]

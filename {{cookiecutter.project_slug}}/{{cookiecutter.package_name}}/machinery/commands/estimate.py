@@ -104,6 +104,16 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.calibrate and args.bytes_per_row is not None:
         print("estimate error: give --bytes-per-row or --calibrate (which measures it), not both", file=sys.stderr)
         return EXIT_BAD_INPUT
+    beyond = [
+        f"--{flag.replace('_', '-')} {value:g} is more than {capacity.MAXIMA[keyword]:,}, which no job reaches"
+        for flag, keyword in (*FLAG_KEYWORDS.items(), ("max_cores", "max_cores"))
+        if keyword in capacity.MAXIMA
+        and (value := getattr(args, flag)) is not None
+        and value > capacity.MAXIMA[keyword]
+    ]
+    if beyond:
+        print(f"estimate error: {'; '.join(beyond)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     needs_settings = args.calibrate or any(getattr(args, flag) is None for flag in REQUIRED_FLAGS)
     settings = load_settings(args.settings) if needs_settings else None
     overrides: dict[str, Any] = {

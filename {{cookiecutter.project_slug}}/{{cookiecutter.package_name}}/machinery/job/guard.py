@@ -22,7 +22,7 @@ from ..core.checkpoint.files import (
     local_checkpoint,
     read_checkpoint,
 )
-from ..core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, provider_name
+from ..core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, STATE_STORE, provider_name
 from ..core.contract import PACKAGE
 from ..core.settings import Settings
 from .output_check import check_sink_log, lost_output, output_ahead
@@ -85,8 +85,10 @@ def check_checkpoint(settings: Settings) -> GuardReport:
         report.notes.append(f"no checkpoint yet at {checkpoint}: this run starts one")
         return report
     report.last_batch = held.last_batch
-    report.drifts += conf_drifts(settings, held.pinned)
-    report.drifts += format_version_drifts(settings, held)
+    # Without state, the state store's confs and the partitions it is split into pin nothing that matters.
+    pinned = {key: value for key, value in held.pinned.items() if not (held.stateless and _of_state(key))}
+    report.drifts += conf_drifts(settings, pinned)
+    report.drifts += [] if held.stateless else format_version_drifts(settings, held)
     report.drifts += source_drifts(settings, held.last_batch, held.offsets)
     lost, note = lost_output(settings, checkpoint)
     report.refusals += lost
@@ -124,6 +126,10 @@ def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
         why = PINNED_BECAUSE.get(key, "Spark keeps the value the checkpoint was started with.")
         drifts.append(Drift(MANAGED_CONFS.get(key, f"spark.conf.{key}"), in_settings, held, why, convert))
     return drifts
+
+
+def _of_state(conf: str) -> bool:
+    return conf == PARTITIONS_CONF or conf.startswith(STATE_STORE)
 
 
 def format_version_drifts(settings: Settings, checkpoint: CheckpointRead) -> list[Drift]:

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
+
+import pyarrow.parquet as pq
 
 from ..core.checkpoint.files import (
     START_OVER,
@@ -32,6 +35,9 @@ from ..core.checkpoint.files import (
 from ..core.checkpoint.sink_log import LOG_DIR, LOG_VERSION, logged_batches
 from ..core.settings import Settings
 from .endpoints.sinks import committed_version
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 MISSING_SHOWN = 3  # the missing files named in the line, of however many
 
@@ -124,6 +130,31 @@ def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
         f" this checkpoint's {skipped} as written already and skip them, and their input would be lost."
         f" Nothing was started; {way_out}"
     ]
+
+
+class OutputColumnsChanged(Exception):
+    """The query writes other columns than the parquet output it appends to holds."""
+
+
+def check_output_columns(result: DataFrame, settings: Settings) -> None:
+    """OutputColumnsChanged when the query's columns are not those of the newest file of its parquet
+    output: Spark's file sink writes on, and a reader takes one file's columns for all (an earlier row
+    reads NULL for a renamed column, and the old name is gone)."""
+    output = local_checkpoint(settings.sink.path) if settings.sink.type == "parquet" else None
+    batches = [] if output is None else logged_batches(output)
+    if output is None or not batches:
+        return
+    newest = next((path for path in reversed(_live_files(output / LOG_DIR, batches)) if path.is_file()), None)
+    if newest is None:
+        return
+    held, now = pq.read_schema(newest).names, result.schema.fieldNames()
+    if sorted(held) != sorted(now):
+        raise OutputColumnsChanged(
+            f"the query's output columns changed: sink.path {output} holds rows of {', '.join(held)}, and the query"
+            f" now writes {', '.join(now)}. Spark's parquet sink would write on, and a reader of the output would"
+            " take one file's columns for all: the earlier rows would read NULL for the new columns, and the old"
+            f" ones would be gone. Either change the query back, or {START_OVER}."
+        )
 
 
 def _file_sink_problem(output: Path, last_committed: int) -> str | None:

@@ -29,6 +29,7 @@ from ..core.checkpoint.files import START_OVER, CheckpointRead, CheckpointUnread
 from ..core.operators import BY_SPARK_NAME
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
 from ..core.settings import Settings, SettingsError
+from .output_check import check_output_columns
 from .query_plan import read_plan
 from .schema_evolution import StateSchemaRefused, state_schema_drift
 
@@ -46,6 +47,12 @@ def operators_drift(plan: Sequence[PlanOperator], held: CheckpointRead | None, c
     `checkpoint` holds state for (held; None when it is not on the local file system), else None."""
     if held is None:
         return None
+    if held.stateless and plan:
+        return (
+            f"the checkpoint {checkpoint} holds no state: its query ran no stateful operator, and the query now runs"
+            f" {chain([operator.kind for operator in flow_order(plan)])}. Spark would find no state for them and fail"
+            f" at the first batch. Either change the query back, or {START_OVER}."
+        )
     recorded = [_BY_SPARK_NAME.get(info["operatorName"], info["operatorName"]) for info in held.operators]
     now = [operator.kind for operator in plan]
     if not recorded or recorded == now:
@@ -180,7 +187,7 @@ def check_fit(
     result: DataFrame, plan: Sequence[PlanOperator], settings: Settings, held: CheckpointRead | None, record_key: bool
 ) -> tuple[str | None, list[str]]:
     """Raise, for the first misfit: OperatorsChanged, SettingsError (the plan against the settings),
-    StateKeyChanged or StateSchemaRefused. Return the note of a state key recorded again (with
+    StateKeyChanged, StateWindowChanged, StateSchemaRefused or OutputColumnsChanged. Return the note of a state key recorded again (with
     record_key: a start) and the state schema changes Spark accepts."""
     location = settings.query.checkpoint_location
     # The checkpoint's operators first: when the query no longer fits its state, that is the news.
@@ -194,4 +201,5 @@ def check_fit(
     refused, accepted = state_schema_drift(result, plan, held, location)
     if refused:
         raise StateSchemaRefused(refused)
+    check_output_columns(result, settings)
     return note, accepted

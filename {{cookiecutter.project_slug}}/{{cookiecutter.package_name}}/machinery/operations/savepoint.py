@@ -33,6 +33,7 @@ from ..core.checkpoint.files import (
     read_checkpoint,
 )
 from ..core.checkpoint.run_lock import LOCK_FILE, holder
+from ..core.checkpoint.sink_log import LOG_DIR
 from ..core.confs import INTEGRITY_CONFS
 from ..core.contract import PACKAGE
 from ..core.settings import Settings
@@ -221,7 +222,10 @@ def read_manifest(savepoint: Path) -> dict[str, Any]:
 
 
 def check_files(savepoint: Path, manifest: dict[str, Any]) -> None:
-    """Every file of the manifest in the savepoint, byte for byte."""
+    """Every file of the manifest in the savepoint, byte for byte, and no other."""
+    extra = _file_not_listed(manifest, {part: savepoint / part for part in (CHECKPOINT, OUTPUT)})
+    if extra is not None:
+        raise SavepointMismatch(f"{extra} is not in the savepoint's manifest (added after it was taken): remove it")
     for name, entry in manifest["files"].items():
         path = savepoint / name
         if not path.is_file():
@@ -237,6 +241,9 @@ def check_restored(manifest: dict[str, Any], copies: dict[str, Path]) -> None:
     """A restored checkpoint (and output) against the manifest: every file there, the same bytes, or, for a
     file holding absolute paths, the same lines with none left pointing at the savepoint's old places."""
     old = [Path(folder) for part, folder in manifest["locations"].items() if folder is not None and part in copies]
+    extra = _file_not_listed(manifest, copies)
+    if extra is not None:
+        raise SavepointMismatch(f"{extra} is not in the savepoint's manifest: the savepoint never held it")
     for name, entry in manifest["files"].items():
         part, _, rest = name.partition("/")
         if part not in copies:
@@ -256,6 +263,16 @@ def check_restored(manifest: dict[str, Any], copies: dict[str, Path]) -> None:
         stale = [uri for uri in path_records.uris_in_file(path) if path_records.is_under(uri, left)]
         if stale:
             raise SavepointMismatch(f"{path} still points at the savepoint's old location: {stale[0]}")
+
+
+def _file_not_listed(manifest: dict[str, Any], folders: dict[str, Path]) -> Path | None:
+    """The first file under the folders (by their part of the savepoint) that the manifest does not list:
+    a stray data file in an output is read as output (a plain parquet reader counts its rows twice)."""
+    for part, folder in folders.items():
+        for path in sorted(folder.rglob("*")) if folder.is_dir() else ():
+            if path.is_file() and f"{part}/{path.relative_to(folder).as_posix()}" not in manifest["files"]:
+                return path
+    return None
 
 
 def _rewritten_checksum(path: Path) -> bool:
@@ -316,6 +333,14 @@ def plan_restore(savepoint: Path, manifest: dict[str, Any], targets: Targets) ->
             raise SavepointRefused(f"landing folder {folder} does not exist: move the input files there first")
     places = [targets.checkpoint, *([targets.output] if targets.output else [])]
     for place in places:
+        if place.is_relative_to(savepoint) or savepoint.is_relative_to(place):
+            raise SavepointRefused(f"{place} overlaps the savepoint {savepoint}: restore into a folder outside it")
+        held_by = next((folder for folder in place.parents if _job_folder(folder)), None)
+        if held_by is not None:
+            raise SavepointRefused(
+                f"{place} is inside {held_by}, {_job_folder(held_by)}: restore into a folder of its own, outside"
+                " any job's checkpoint or output"
+            )
         refuse_filled(place, "the restore")
     if targets.output is not None and (
         targets.output.is_relative_to(targets.checkpoint) or targets.checkpoint.is_relative_to(targets.output)
@@ -323,6 +348,15 @@ def plan_restore(savepoint: Path, manifest: dict[str, Any], targets: Targets) ->
         raise SavepointRefused(
             f"--checkpoint {targets.checkpoint} and --output {targets.output} overlap: give two separate folders"
         )
+
+
+def _job_folder(folder: Path) -> str | None:
+    """What a folder is to a job: a checkpoint (its offsets log), an output (a sink's log), or None."""
+    if (folder / "offsets").is_dir() and ((folder / "commits").is_dir() or (folder / "metadata").is_file()):
+        return "a checkpoint"
+    if (folder / LOG_DIR).is_dir() or (folder / "_delta_log").is_dir():
+        return "a sink's output"
+    return None
 
 
 def restore(savepoint: Path, manifest: dict[str, Any], targets: Targets) -> list[Path]:

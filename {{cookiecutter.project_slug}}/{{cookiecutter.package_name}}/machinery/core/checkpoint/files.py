@@ -45,9 +45,18 @@ class CheckpointRead:
     operators: list[dict]
     schemas: dict[int, list[ColumnFamily] | None]
 
+    @property
+    def stateless(self) -> bool:
+        """A checkpoint whose query ran no stateful operator: batches, and no state folder at all (a
+        checkpoint of a Spark that wrote no state metadata still has its operators' state folders)."""
+        return self.last_batch is not None and not self.operators and not (self.checkpoint / "state").is_dir()
+
 
 def read_checkpoint(checkpoint: Path) -> CheckpointRead:
-    """The checkpoint's files, after check_log_files has named any damage Spark would report badly."""
+    """The checkpoint's files, read once. Damage is named first where a file does not parse (check_log_files
+    and the parsers), then where one parses but no longer matches the checksum Hadoop wrote beside it:
+    Spark reads offsets, commits and metadata without looking at it (a changed digit in a commit's
+    watermark passed silently)."""
     check_log_files(checkpoint)
     latest = latest_offsets(checkpoint)
     last_batch, pinned = latest if latest is not None else (None, {})
@@ -57,6 +66,10 @@ def read_checkpoint(checkpoint: Path) -> CheckpointRead:
     operators = stateful_operators(checkpoint)
     ids = [int(info["operatorId"]) for info in operators]
     schemas = {operator: operator_schemas(checkpoint, operator) for operator in ids}
+    newest = [] if committed is None else [checkpoint / "commits" / str(committed)]
+    rerun = f"remove it and .{committed}.crc, and Spark runs batch {committed} again (the sink skips what it already"
+    check_checksums(newest, f"{rerun} wrote); or {RESTORE_OR_RESTART}")
+    check_checksums([path for path in checksummed_files(checkpoint) if path not in newest], RESTORE_OR_RESTART)
     return CheckpointRead(
         checkpoint, last_batch, pinned, offsets, committed, format_version(record), operators, schemas
     )
@@ -148,12 +161,9 @@ RESTORE_OR_RESTART = f"restore the checkpoint from a copy, or {START_OVER}"
 
 
 def check_log_files(checkpoint: Path) -> None:
-    """Damage Spark reports badly or not at all, found before it starts: a file that no longer matches
-    the checksum Hadoop wrote beside it (Spark reads offsets, commits and metadata without looking at
-    it: a changed digit in a commit's watermark passes silently), a half-written `metadata` (a Java
-    stack trace otherwise), and a log entry's checksum file left without the entry (Spark then claims
-    another query uses the checkpoint). A half-written commit record is named where it is read."""
-    check_checksums(checksummed_files(checkpoint), RESTORE_OR_RESTART)
+    """Damage Spark reports badly or not at all, found before it starts: a half-written `metadata` (a
+    Java stack trace otherwise), and a log entry's checksum file left without the entry (Spark then
+    claims another query uses the checkpoint). A half-written commit record is named where it is read."""
     if (checkpoint / "metadata").is_file():
         query_id(checkpoint)
     for log in ("offsets", "commits"):

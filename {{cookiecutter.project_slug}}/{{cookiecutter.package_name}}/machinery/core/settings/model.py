@@ -193,7 +193,7 @@ class RateSourceSettings(Section):
     )
     advance_per_batch: Duration = Field("1 second", description="a Spark interval of 1 millisecond or more")
     start_timestamp_ms: int = Field(0, ge=0, le=JAVA_LONG, description="epoch milliseconds, 0 or more")
-    keys: int = Field(1000, gt=0, le=JAVA_INT, description="a whole number of distinct keys greater than zero")
+    keys: int = Field(1000, gt=0, le=MAX_KEYS, description="a whole number of distinct keys greater than zero")
     num_partitions: int | None = Field(None, gt=0, le=JAVA_INT, description="a whole number greater than zero, or null")
 
     @field_validator("advance_per_batch")

@@ -38,8 +38,8 @@ JAVA_INT = 2**31 - 1
 # arithmetic stays finite, and within the Java int Spark reads a count as. The settings and the bake's
 # answers refuse more.
 MAXIMA = {
-    "input_rows_per_second": 10**12,
-    "join_input_rows_per_second": 10**12,
+    "input_rows_per_second": 10**15,
+    "join_input_rows_per_second": 10**15,
     "key_cardinality": 10**15,
     "state_bytes_per_row": JAVA_INT,
     "shuffle_partitions": JAVA_INT,

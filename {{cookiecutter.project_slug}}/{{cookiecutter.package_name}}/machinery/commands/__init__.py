@@ -27,10 +27,9 @@ from ..job.connectors import ConnectorError
 from ..job.endpoints.sinks import MissingPackageError
 from ..job.endpoints.sources import KafkaSourceError
 from ..job.java import JavaError
-from ..job.output_check import OutputColumnsChanged
 from ..job.query_plan import QueryRefused
 from ..job.schema_evolution import StateSchemaRefused
-from ..job.state_fit import OperatorsChanged, StateKeyChanged, StateWindowChanged
+from ..job.state_fit import OperatorsChanged, OutputColumnsChanged, StateKeyChanged, StateWindowChanged
 from ..operations.inspection import InspectError
 from ..operations.repartition import RepartitionRefused
 from ..operations.savepoint import SavepointMismatch, SavepointRefused

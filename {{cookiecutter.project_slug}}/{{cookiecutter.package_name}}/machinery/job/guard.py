@@ -11,7 +11,7 @@ checkpoint byte for byte as it was.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..core.checkpoint.files import (
@@ -25,7 +25,7 @@ from ..core.checkpoint.files import (
 from ..core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, STATE_STORE, provider_name
 from ..core.contract import PACKAGE
 from ..core.settings import Settings
-from .output_check import check_sink_log, lost_output, output_ahead
+from .output_check import check_sink_log, lost_output, output_ahead, output_columns
 from .session import spark_confs
 from .state_checks import snapshot_findings
 
@@ -77,7 +77,7 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     unfinished = interrupted(checkpoint)
     if unfinished is not None:  # checked first: mid-way the checkpoint may even be missing
         raise CheckpointUnreadable(unfinished.message())
-    held = read_checkpoint(checkpoint)
+    held = replace(read_checkpoint(checkpoint), output_columns=output_columns(settings))
     report.held = held
     check_sink_log(settings)
     report.refusals += output_ahead(settings, held)

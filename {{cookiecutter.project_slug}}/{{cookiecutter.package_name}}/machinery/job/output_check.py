@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 import pyarrow.parquet as pq
@@ -35,9 +34,6 @@ from ..core.checkpoint.files import (
 from ..core.checkpoint.sink_log import LOG_DIR, LOG_VERSION, logged_batches
 from ..core.settings import Settings
 from .endpoints.sinks import committed_version
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
 MISSING_SHOWN = 3  # the missing files named in the line, of however many
 
@@ -132,29 +128,18 @@ def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
     ]
 
 
-class OutputColumnsChanged(Exception):
-    """The query writes other columns than the parquet output it appends to holds."""
-
-
-def check_output_columns(result: DataFrame, settings: Settings) -> None:
-    """OutputColumnsChanged when the query's columns are not those of the newest file of its parquet
-    output: Spark's file sink writes on, and a reader takes one file's columns for all (an earlier row
-    reads NULL for a renamed column, and the old name is gone)."""
+def output_columns(settings: Settings) -> tuple[str, ...] | None:
+    """The columns of the newest data file of a parquet output (a reader of the output takes one file's
+    columns for all), None without one."""
     output = local_checkpoint(settings.sink.path) if settings.sink.type == "parquet" else None
     batches = [] if output is None else logged_batches(output)
     if output is None or not batches:
-        return
+        return None
     newest = next((path for path in reversed(_live_files(output / LOG_DIR, batches)) if path.is_file()), None)
-    if newest is None:
-        return
-    held, now = pq.read_schema(newest).names, result.schema.fieldNames()
-    if sorted(held) != sorted(now):
-        raise OutputColumnsChanged(
-            f"the query's output columns changed: sink.path {output} holds rows of {', '.join(held)}, and the query"
-            f" now writes {', '.join(now)}. Spark's parquet sink would write on, and a reader of the output would"
-            " take one file's columns for all: the earlier rows would read NULL for the new columns, and the old"
-            f" ones would be gone. Either change the query back, or {START_OVER}."
-        )
+    try:
+        return None if newest is None else tuple(pq.read_schema(newest).names)
+    except (OSError, ValueError):  # a damaged data file (pyarrow's ArrowInvalid is a ValueError): Spark names it
+        return None
 
 
 def _file_sink_problem(output: Path, last_committed: int) -> str | None:

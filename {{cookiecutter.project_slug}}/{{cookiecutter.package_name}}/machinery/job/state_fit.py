@@ -29,7 +29,6 @@ from ..core.checkpoint.files import START_OVER, CheckpointRead, CheckpointUnread
 from ..core.operators import BY_SPARK_NAME
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
 from ..core.settings import Settings, SettingsError
-from .output_check import check_output_columns
 from .query_plan import read_plan
 from .schema_evolution import StateSchemaRefused, state_schema_drift
 
@@ -90,6 +89,10 @@ class StateKeyChanged(Exception):
             f" {record}). Spark would read the old state under the new key without an error and give wrong"
             f" results. Either change the query back, or {START_OVER}."
         )
+
+
+class OutputColumnsChanged(Exception):
+    """The query writes other columns than the parquet output it appends to holds."""
 
 
 class StateWindowChanged(Exception):
@@ -201,5 +204,13 @@ def check_fit(
     refused, accepted = state_schema_drift(result, plan, held, location)
     if refused:
         raise StateSchemaRefused(refused)
-    check_output_columns(result, settings)
+    written = None if held is None else held.output_columns
+    now = result.schema.fieldNames()
+    if written is not None and sorted(written) != sorted(now):
+        raise OutputColumnsChanged(
+            f"the query's output columns changed: sink.path {settings.sink.path} holds rows of {', '.join(written)},"
+            f" and the query now writes {', '.join(now)}. Spark's parquet sink would write on, and a reader of the"
+            " output would take one file's columns for all: the earlier rows would read NULL for the new columns,"
+            f" and the old ones would be gone. Either change the query back, or {START_OVER}."
+        )
     return note, accepted

@@ -44,6 +44,8 @@ class CheckpointRead:
     format_version: int | None
     operators: list[dict]
     schemas: dict[int, list[ColumnFamily] | None]
+    # The columns of the parquet output beside it (its newest data file's), where the guard read them.
+    output_columns: tuple[str, ...] | None = None
 
     @property
     def stateless(self) -> bool:

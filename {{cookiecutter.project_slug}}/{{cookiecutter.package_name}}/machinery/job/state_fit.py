@@ -14,6 +14,8 @@ left as it was.
   length, Spark would go on adding to the windows of the old length beside the new ones, and the
   output would hold overlapping windows, one key's events split between them.
 - custom_state's state schemas (schema_evolution.py).
+- The columns of a parquet output it writes on (the guard reads them beside the checkpoint): a reader
+  takes one file's columns for all, so a renamed column would read NULL in every earlier row.
 """
 
 from __future__ import annotations
@@ -190,8 +192,8 @@ def check_fit(
     result: DataFrame, plan: Sequence[PlanOperator], settings: Settings, held: CheckpointRead | None, record_key: bool
 ) -> tuple[str | None, list[str]]:
     """Raise, for the first misfit: OperatorsChanged, SettingsError (the plan against the settings),
-    StateKeyChanged, StateWindowChanged, StateSchemaRefused or OutputColumnsChanged. Return the note of a state key recorded again (with
-    record_key: a start) and the state schema changes Spark accepts."""
+    StateKeyChanged, StateWindowChanged, StateSchemaRefused or OutputColumnsChanged. Return the note of
+    a state key recorded again (with record_key: a start) and the state schema changes Spark accepts."""
     location = settings.query.checkpoint_location
     # The checkpoint's operators first: when the query no longer fits its state, that is the news.
     drift = operators_drift(plan, held, location)

@@ -26,6 +26,7 @@ from .conftest import (
     digest,
     edited_query,
     files_job,
+    jvm_free,
     project_copy,
     run_cli,
     run_main,
@@ -130,6 +131,11 @@ def test_a_nullable_field_added_is_accepted_and_a_narrowed_one_refused_with_avro
         file.rename(Path(changes["source"]["files"]["path"]) / file.name)
     rest = run_python("main.py", "--settings", str(path), env=clean_env(), cwd=added)
     assert rest.returncode == 0, rest.stderr[-3000:]
+    # A quiet console: the driver's Python worker's print()s and Avro's warnings went to the log files.
+    assert jvm_free(rest.stderr) == "", rest.stderr[-3000:]
+    assert "Python worker Starting execution of UDF" in (added / "logs" / "python-workers.log").read_text()
+    spark_log = (added / "logs" / "spark.log").read_text().splitlines()
+    assert any(" WARN " in line and "org.apache.spark.sql.avro.AvroSerializer:" in line for line in spark_log)
     assert "state schema: custom_state (operator 0), state variable session: field channel string added" in rest.stdout
     # Every session, those open across the change too, counted as if the query had never stopped.
     assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))

@@ -7,6 +7,7 @@ import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
@@ -23,6 +24,7 @@ from ..core.confs import (
 )
 from ..core.settings import Settings, SettingsError, unset_secrets
 from .connectors import DELTA_CATALOG, DELTA_EXTENSION, fetch_failed, packages, resolver_confs
+from .console_relay import launch_relayed
 from .java import launched_by_spark_submit, require_java
 from .project_files import project_file
 
@@ -65,9 +67,15 @@ def log_config_confs(confs: dict[str, str]) -> dict[str, str]:
     found = project_file(LOG_CONFIG)
     if found is None:
         return {}
-    config, logs = (shlex.quote(str(path)) for path in (found, found.parent / "logs"))
+    config, logs = (shlex.quote(str(path)) for path in (found, log_dir()))
     ours = f"-Dlog4j2.configurationFile={config} -Djob.log.dir={logs}"
     return {JAVA_OPTIONS: f"{options} {ours}".strip()}
+
+
+def log_dir() -> Path:
+    """logs/ beside log4j2.properties (in the working directory when the project has none)."""
+    found = project_file(LOG_CONFIG)
+    return (found.parent if found else Path.cwd()) / "logs"
 
 
 def secret_confs(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -125,6 +133,10 @@ def build_session(
     for key, value in confs.items():
         builder = builder.config(key, value)
     try:
+        if not launched_by_spark_submit():
+            launch_relayed(
+                {**confs, "spark.master": settings.spark.master, "spark.app.name": settings.spark.app_name}, log_dir()
+            )
         return builder.getOrCreate()
     except PySparkRuntimeError as error:
         if "spark.jars.packages" in confs and error.getCondition() == "JAVA_GATEWAY_EXITED":
@@ -185,6 +197,7 @@ def local_session(app_name: str, confs: dict[str, str]) -> SparkSession:
     confs = {**confs, **log_config_confs(confs), "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
     for key, value in confs.items():
         builder = builder.config(key, value)
+    launch_relayed({**confs, "spark.master": "local[2]", "spark.app.name": app_name}, log_dir())
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

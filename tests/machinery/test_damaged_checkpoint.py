@@ -50,6 +50,14 @@ def remove_with_checksum(path: Path) -> Path:
     return remove(path)
 
 
+def digit_changed(path: Path) -> Path:
+    """The first digit of a commit's watermark one higher: the record still parses."""
+    text = path.read_text()
+    at = text.index('"nextBatchWatermarkMs":') + len('"nextBatchWatermarkMs":')
+    path.write_text(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1 :])
+    return path
+
+
 # case -> (configuration, damage(checkpoint) -> the damaged file, expected exit, expected message).
 CASES: dict[str, tuple[str, Callable[[Path], Path], int, str]] = {
     "hdfs-newest-delta-truncated": ("hdfs", lambda cp: truncate(newest(cp / "state/0/0", ".delta")), 1, "file"),
@@ -72,6 +80,13 @@ CASES: dict[str, tuple[str, Callable[[Path], Path], int, str]] = {
     "commit-removed-checksum-left": ("hdfs", lambda cp: remove(newest(cp / "commits")), 4, "checksum"),
     "commit-removed-with-checksum": ("rocksdb", lambda cp: remove_with_checksum(newest(cp / "commits")), 0, "replay"),
     "commit-half-written": ("rocksdb-changelog", lambda cp: truncate(newest(cp / "commits"), 0.5), 4, "guard"),
+    "commit-changed": ("hdfs", lambda cp: digit_changed(newest(cp / "commits")), 4, "checksum"),
+}
+# Refusals whose way on is to remove files: case -> (the words that say it, what doing it removes).
+FOLLOWED: dict[str, tuple[str, Callable[[Path], object]]] = {
+    "commit-removed-checksum-left": ("too, and Spark runs batch", lambda path: None),
+    "commit-half-written": ("remove it and", remove_with_checksum),
+    "commit-changed": ("remove it and", remove_with_checksum),
 }
 CONFIGURATIONS = {"hdfs": ("hdfs", False), "rocksdb": ("rocksdb", False), "rocksdb-changelog": ("rocksdb", True)}
 
@@ -127,7 +142,17 @@ def test_damaged_checkpoint_recovers_or_stops_naming_the_file(spark, first_runs,
     elif outcome == "guard":  # found before Spark starts
         assert errors == [f"checkpoint error: {damaged}: " + errors[0].split(": ", 2)[2]], errors
         assert RECOVERY in errors[0]
+    elif damaged.exists():  # changed after Spark wrote it: Spark would read it as it is
+        assert errors[0].startswith(f"checkpoint error: {damaged} does not match its checksum"), errors
     else:  # the commit's checksum file left behind: Spark would blame "concurrent queries"
         checksum = damaged.parent / f".{damaged.name}.crc"
         assert errors[0].startswith(f"checkpoint error: {checksum} is left without {damaged}"), errors
     assert digest(work / "output") == output_before  # nothing written on a failed start
+    if case in FOLLOWED:  # the way on the line gives, followed: the batch runs again, nothing lost
+        words, removal = FOLLOWED[case]
+        assert words in errors[0], errors
+        removal(damaged)
+        (damaged.parent / f".{damaged.name}.crc").unlink(missing_ok=True)
+        again = run_main("--settings", str(path))
+        assert again.returncode == 0, again.stderr[-3000:]
+        assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))

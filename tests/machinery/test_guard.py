@@ -238,24 +238,40 @@ def test_a_stateful_query_on_a_stateless_checkpoint_is_refused_and_its_store_is_
 @pytest.mark.skipif(BAKED_OPERATOR != "windowed_aggregation", reason="renames the windowed count's column")
 def test_an_output_column_renamed_under_a_parquet_output_is_refused(spark, tmp_path):
     """A renamed output column passed without a word, and show-output then read NULL for it in every
-    earlier row. Refused by the start and by check, nothing touched; the way out runs."""
+    earlier row; a column's type changed leaves files no reader reads together. Refused by the start
+    and by check, nothing touched; the way out runs."""
     changes = run_checkpoint(spark, tmp_path, ANY_PROVIDER)
     path = write_settings_file(tmp_path / "same.yaml", changes)
     output = tmp_path / "output"
     before = digest(tmp_path / "checkpoint"), digest(output)
+    held = "window_start timestamp, window_end timestamp, key string, events bigint"
     renamed = {'"events",\n        )': 'F.col("events").alias("count"),\n        )'}
+    retyped = {'"events",\n        )': 'F.col("events").cast("int").alias("events"),\n        )'}
     for command in ("check", "run"):
         with edited_query(renamed):
             result = run_cli(command, "--settings", str(path))
         assert result.returncode == 4, result.stderr[-3000:]
         assert result.stderr.strip().splitlines()[-1] == (
-            f"output error: the query's output columns changed: sink.path {output} holds rows of window_start,"
-            " window_end, key, events, and the query now writes window_start, window_end, key, count. Spark's"
+            f"output error: the query's output columns changed: sink.path {output} holds rows of {held}, and the"
+            " query now writes window_start timestamp, window_end timestamp, key string, count bigint. Spark's"
             " parquet sink would write on, and a reader of the output would take one file's columns for all: the"
             " earlier rows would read NULL for the new columns, and the old ones would be gone. Either change the"
             " query back, or set query.checkpoint_location to a new directory and sink.path to an empty one, and"
             " reprocess the input from the start."
         )
+    with edited_query(retyped):
+        result = run_cli("run", "--settings", str(path))
+    assert result.returncode == 4, result.stderr[-3000:]
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"output error: the query's output columns changed: sink.path {output} holds rows of {held}, and the query"
+            " now writes window_start timestamp, window_end timestamp, key string, events int. Spark's parquet sink"
+            " would write on, and a reader of the output would take one file's types for all and fail reading the"
+            " files written with the others. Either change the query back, or set"
+        )
+    ), result.stderr[-3000:]
     assert (digest(tmp_path / "checkpoint"), digest(output)) == before
     # The way out: a new checkpoint and an empty sink.path.
     anew = {"query": {"checkpoint_location": str(tmp_path / "cp-2")}, "sink": {"path": str(tmp_path / "out-2")}}

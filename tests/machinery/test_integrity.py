@@ -123,6 +123,67 @@ def test_a_damaged_snapshot_is_repaired_with_the_features_and_refused_naming_it_
     assert digest(work) == before
 
 
+def version_of(path: Path) -> int:
+    return int(path.name.split("_")[0].split(".")[0])
+
+
+def only_snapshot_cut(work: Path) -> tuple[Path, Path]:
+    """Store 0/0 with its newest snapshot alone, cut to 0 bytes after a copy of the checkpoint was taken:
+    (the snapshot, the copy)."""
+    newest = newest_snapshot(work / "checkpoint/state/0/0")
+    for snapshot in newest.parent.glob("*.zip"):
+        if snapshot != newest:
+            snapshot.unlink()
+    copy = work / "checkpoint copy"
+    shutil.copytree(work / "checkpoint", copy)
+    newest.write_bytes(b"")
+    return newest, copy
+
+
+def test_a_damaged_first_snapshot_is_rebuilt_from_the_empty_state_or_refused_and_a_copy_restored(spark, first_runs):
+    """The only snapshot of a store cut to 0 bytes: auto repair rebuilds it from version 0 while every
+    changelog since is kept; once maintenance has deleted the first of them nothing can, and the way
+    out that the refusal gives, a copy of the checkpoint put back, loses nothing."""
+    work = first_runs.restore("on")
+    settings = load_settings(work / "settings.yaml")
+    newest, _ = only_snapshot_cut(work)
+    loaded = version_of(newest)  # three landing files, one per batch: the snapshot of the last
+
+    result = restart(work)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (
+        f"checkpoint: {newest} is damaged (its zip checksum fails); auto snapshot repair is on: Spark skips it and"
+        f" rebuilds version {loaded} of that state store from the empty state (version 0) and the {loaded}"
+        " changelogs after it"
+    ) in result.stdout.splitlines(), result.stdout[-3000:]
+    assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
+
+    # Maintenance deleted the first changelog: the repair has nothing to start from, and says so.
+    work = first_runs.restore("on")
+    newest, copy = only_snapshot_cut(work)
+    next(newest.parent.glob("1[._]*changelog")).unlink()
+    write_sample_files(work / "landing", files=2, events_per_file=40, keys=4, advance_per_file=timedelta(minutes=2))
+    before = digest(work)
+    refused = run_main("--settings", str(work / "settings.yaml"))
+    assert refused.returncode == 4, refused.stderr[-3000:]
+    assert refused.stderr.strip().splitlines() == [
+        f"checkpoint error: {newest} is damaged (its zip checksum fails) and Spark would fail loading it: auto"
+        f" snapshot repair cannot rebuild version {loaded} of that state store: no sound snapshot below it has every"
+        " changelog after it kept, within 500 versions; or restore the checkpoint from a copy, or set"
+        " query.checkpoint_location to a new directory and sink.path to an empty one, and reprocess the input from"
+        " the start"
+    ]
+    assert digest(work) == before
+
+    # The way out: the checkpoint put back from the copy; the run goes on, its output whole.
+    shutil.rmtree(work / "checkpoint")
+    shutil.copytree(copy, work / "checkpoint")
+    restored = run_main("--settings", str(work / "settings.yaml"))
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
+
+
 @pytest.mark.parametrize("features", ["on", pytest.param("off", marks=pytest.mark.secondary)])
 def test_a_flipped_byte_in_a_changelog_is_refused_naming_the_file(first_runs, features):
     """The changelog of the newest version of a store whose snapshots are gone (as before its first

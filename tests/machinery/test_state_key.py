@@ -101,6 +101,9 @@ def test_a_missing_record_is_made_again_and_said_and_a_damaged_one_is_named(spar
     record.write_text('{"state_keys": "half')  # its checksum file no longer matches: Hadoop refuses it first
     with pytest.raises(CheckpointUnreadable, match=f"^{record}: not a state key record \\(damaged\\?\\); remove it"):
         check_state_key(spark, result, settings.query.checkpoint_location)
+    record.unlink()  # as the line says (its checksum file left where it is): recorded again
+    assert check_state_key(spark, result, settings.query.checkpoint_location).startswith(f"{record} was missing")
+    assert json.loads(record.read_text())["state_keys"] == [STATE_KEYS[BAKED_OPERATOR]]
 
 
 def test_a_query_without_commits_records_its_own_key(spark, tmp_path):

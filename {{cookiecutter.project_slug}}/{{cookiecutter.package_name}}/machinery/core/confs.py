@@ -38,6 +38,9 @@ INTEGRITY_CONFS = {
     "row_checksums": f"{STATE_STORE}.rowChecksum.enabled",
     "auto_snapshot_repair": f"{STATE_STORE}.autoSnapshotRepair.enabled",
 }
+# How many changelogs auto snapshot repair replays at most on an older snapshot (Spark 4.2's default).
+MAX_REPAIR_REPLAY_CONF = f"{STATE_STORE}.autoSnapshotRepair.maxChangeFileReplay"
+MAX_REPAIR_REPLAY_DEFAULT = 500
 # Spark confs that settings manage; spark.conf may not set them behind the settings' back.
 MANAGED_CONFS = {
     "spark.master": "spark.master",

@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pyarrow.parquet as pq
+from pyspark.sql.types import StructType
 
 from ..core.checkpoint.files import (
     START_OVER,
@@ -128,18 +129,33 @@ def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
     ]
 
 
+# Where Spark's parquet writer keeps the rows' Spark schema in each file's footer.
+SPARK_ROW_SCHEMA = b"org.apache.spark.sql.parquet.row.metadata"
+
+
 def output_columns(settings: Settings) -> tuple[str, ...] | None:
-    """The columns of the newest data file of a parquet output (a reader of the output takes one file's
-    columns for all), None without one."""
+    """The columns of the newest data file of a parquet output as "name type" (a reader of the output
+    takes one file's columns and types for all), None without one or without Spark's schema in it."""
     output = local_checkpoint(settings.sink.path) if settings.sink.type == "parquet" else None
     batches = [] if output is None else logged_batches(output)
     if output is None or not batches:
         return None
     newest = next((path for path in reversed(_live_files(output / LOG_DIR, batches)) if path.is_file()), None)
     try:
-        return None if newest is None else tuple(pq.read_schema(newest).names)
-    except (OSError, ValueError):  # a damaged data file (pyarrow's ArrowInvalid is a ValueError): Spark names it
+        footer = None if newest is None else pq.read_schema(newest).metadata or {}
+        written = None if footer is None or SPARK_ROW_SCHEMA not in footer else json.loads(footer[SPARK_ROW_SCHEMA])
+        return None if written is None else columns(StructType.fromJson(written))
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+    ):  # a damaged data file (ArrowInvalid is a ValueError): Spark names it
         return None
+
+
+def columns(schema: StructType) -> tuple[str, ...]:
+    return tuple(f"{field.name} {field.dataType.simpleString()}" for field in schema.fields)
 
 
 def _file_sink_problem(output: Path, last_committed: int) -> str | None:

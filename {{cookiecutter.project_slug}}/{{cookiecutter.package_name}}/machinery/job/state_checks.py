@@ -18,6 +18,7 @@ import zlib
 from pathlib import Path
 
 from ..core.checkpoint.files import RESTORE_OR_RESTART, state_files
+from ..core.confs import MAX_REPAIR_REPLAY_CONF, MAX_REPAIR_REPLAY_DEFAULT
 from ..core.settings import Settings
 
 
@@ -51,29 +52,56 @@ def damaged(path: Path) -> bool:
         return True
 
 
+def repair_base(store: Path, version: int, max_replay: int) -> int | None:
+    """The version auto snapshot repair would rebuild `version` of a store from, past its damaged
+    snapshot: the newest sound snapshot below it (0, the empty state, when none is), if no more than
+    `max_replay` versions back and every changelog after it is there to replay; None when there is
+    no such version (maintenance deleted the changelogs before the oldest snapshot it keeps)."""
+    sound = [
+        found
+        for path in store.glob("*.zip")
+        if (found := snapshot_version(path)) is not None and found < version and not damaged(path)
+    ]
+    base = max(sound, default=0)
+    changelogs = {path.name.split("_")[0].split(".")[0] for path in store.glob("*.changelog")}
+    replayable = all(str(needed) in changelogs for needed in range(base + 1, version + 1))
+    return base if version - base <= max_replay and replayable else None
+
+
 def snapshot_findings(settings: Settings, checkpoint: Path, last_committed: int) -> tuple[list[str], list[str]]:
     """(notes, refusals): each damaged snapshot a restart would load, and what Spark does about it."""
     store = settings.state_store
     bad = [path for path in first_loaded_snapshots(checkpoint, last_committed) if damaged(path)]
     if not bad:
         return [], []
-    if store.integrity.auto_snapshot_repair and store.changelog_checkpointing:
-        return [
-            f"{path} is damaged (its zip checksum fails); auto snapshot repair is on: Spark skips it and"
-            f" rebuilds version {snapshot_version(path)} of that state store from an older snapshot and the"
-            " changelogs after it"
-            for path in bad
-        ], []
-    repair = (
-        "set state_store.integrity.auto_snapshot_repair to true (Spark then rebuilds that version from an older"
-        " snapshot and the changelogs after it)"
-        if store.changelog_checkpointing
-        else "(without changelog checkpointing there are no changelogs to rebuild it from)"
-    )
-    return [], [
-        f"{path} is damaged (its zip checksum fails) and Spark would fail loading it: {repair}; or {RESTORE_OR_RESTART}"
-        for path in bad
-    ]
+    notes, refusals = [], []
+    loaded = last_committed + 1  # batch N commits state version N + 1, which the next batch loads
+    configured = str(settings.spark.conf.get(MAX_REPAIR_REPLAY_CONF, MAX_REPAIR_REPLAY_DEFAULT))
+    max_replay = int(configured) if configured.isdigit() else MAX_REPAIR_REPLAY_DEFAULT
+    for path in bad:
+        damage = f"{path} is damaged (its zip checksum fails)"
+        base = repair_base(path.parent, loaded, max_replay)
+        if not store.changelog_checkpointing:
+            why = "without changelog checkpointing there are no changelogs to rebuild it from"
+        elif base is None:
+            why = (
+                f"auto snapshot repair cannot rebuild version {loaded} of that state store: no sound snapshot below it"
+                f" has every changelog after it kept, within {max_replay} versions"
+            )
+        elif store.integrity.auto_snapshot_repair:
+            start = f"snapshot {base}" if base else "the empty state (version 0)"
+            notes.append(
+                f"{damage}; auto snapshot repair is on: Spark skips it and rebuilds version {loaded} of that state"
+                f" store from {start} and the {loaded - base} changelogs after it"
+            )
+            continue
+        else:
+            why = (
+                "set state_store.integrity.auto_snapshot_repair to true (Spark then rebuilds that version from an"
+                " older snapshot and the changelogs after it)"
+            )
+        refusals.append(f"{damage} and Spark would fail loading it: {why}; or {RESTORE_OR_RESTART}")
+    return notes, refusals
 
 
 def local_checksum_failures(checkpoint: Path) -> list[Path]:

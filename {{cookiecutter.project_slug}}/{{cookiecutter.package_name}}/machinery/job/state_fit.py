@@ -31,6 +31,7 @@ from ..core.checkpoint.files import START_OVER, CheckpointRead, CheckpointUnread
 from ..core.operators import BY_SPARK_NAME
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
 from ..core.settings import Settings, SettingsError
+from .output_check import columns
 from .query_plan import read_plan
 from .schema_evolution import StateSchemaRefused, state_schema_drift
 
@@ -207,12 +208,18 @@ def check_fit(
     if refused:
         raise StateSchemaRefused(refused)
     written = None if held is None else held.output_columns
-    now = result.schema.fieldNames()
+    now = columns(result.schema)
     if written is not None and sorted(written) != sorted(now):
+        names = sorted(column.split(" ")[0] for column in written) == sorted(result.schema.fieldNames())
+        consequence = (
+            "take one file's types for all and fail reading the files written with the others"
+            if names
+            else "take one file's columns for all: the earlier rows would read NULL for the new columns, and the old"
+            " ones would be gone"
+        )
         raise OutputColumnsChanged(
             f"the query's output columns changed: sink.path {settings.sink.path} holds rows of {', '.join(written)},"
             f" and the query now writes {', '.join(now)}. Spark's parquet sink would write on, and a reader of the"
-            " output would take one file's columns for all: the earlier rows would read NULL for the new columns,"
-            f" and the old ones would be gone. Either change the query back, or {START_OVER}."
+            f" output would {consequence}. Either change the query back, or {START_OVER}."
         )
     return note, accepted

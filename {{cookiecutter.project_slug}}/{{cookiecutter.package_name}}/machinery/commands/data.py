@@ -7,9 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..core.checkpoint.files import local_checkpoint
+from ..core.checkpoint.files import local_checkpoint, read_checkpoint
 from ..core.settings import load_settings
-from ..job.output_check import lost_output
+from ..job.output_check import lost_output, with_output
 from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_QUERY_FAILED, add_settings_argument, positive_int
 
 
@@ -65,7 +65,7 @@ def cmd_show_output(args: argparse.Namespace) -> int:
         )
         return EXIT_BAD_INPUT
     checkpoint = local_checkpoint(settings.query.checkpoint_location)
-    lost = lost_output(settings, checkpoint)[0] if checkpoint is not None else []
+    lost = [] if checkpoint is None else lost_output(settings, with_output(settings, read_checkpoint(checkpoint)))[0]
     if lost:
         print(f"show-output error: {lost[0]}", file=sys.stderr)
         return EXIT_CHECKPOINT_DRIFT

@@ -11,7 +11,7 @@ checkpoint byte for byte as it was.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.checkpoint.files import (
@@ -25,7 +25,7 @@ from ..core.checkpoint.files import (
 from ..core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, STATE_STORE, provider_name
 from ..core.contract import PACKAGE
 from ..core.settings import Settings
-from .output_check import check_sink_log, lost_output, output_ahead, output_columns
+from .output_check import check_sink_log, lost_output, output_ahead, with_output
 from .session import spark_confs
 from .state_checks import snapshot_findings
 
@@ -77,9 +77,9 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     unfinished = interrupted(checkpoint)
     if unfinished is not None:  # checked first: mid-way the checkpoint may even be missing
         raise CheckpointUnreadable(unfinished.message())
-    held = replace(read_checkpoint(checkpoint), output_columns=output_columns(settings))
+    held = with_output(settings, read_checkpoint(checkpoint))
     report.held = held
-    check_sink_log(settings)
+    check_sink_log(held.sink_log)
     report.refusals += output_ahead(settings, held)
     if held.last_batch is None:
         report.notes.append(f"no checkpoint yet at {checkpoint}: this run starts one")
@@ -90,7 +90,7 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     report.drifts += conf_drifts(settings, pinned)
     report.drifts += [] if held.stateless else format_version_drifts(settings, held)
     report.drifts += source_drifts(settings, held.last_batch, held.offsets)
-    lost, note = lost_output(settings, checkpoint)
+    lost, note = lost_output(settings, held)
     report.refusals += lost
     report.notes += note
     if not any(drift.setting == "state_store.provider" for drift in report.drifts):

@@ -17,6 +17,7 @@ both are read here, without Spark, and compared with the checkpoint.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -28,25 +29,36 @@ from ..core.checkpoint.files import (
     CheckpointRead,
     CheckpointUnreadable,
     check_checksums,
-    last_committed,
     local_checkpoint,
     query_id,
 )
-from ..core.checkpoint.sink_log import LOG_DIR, LOG_VERSION, logged_batches
+from ..core.checkpoint.sink_log import LOG_DIR, LOG_VERSION, SinkLog, read_sink_log
 from ..core.settings import Settings
 from .endpoints.sinks import committed_version
 
 MISSING_SHOWN = 3  # the missing files named in the line, of however many
 
 
-def lost_output(settings: Settings, checkpoint: Path) -> tuple[list[str], list[str]]:
+def read_output_log(settings: Settings) -> SinkLog | None:
+    """The log of a parquet output on the local file system, read once for a start's checks."""
+    output = local_checkpoint(settings.sink.path) if settings.sink.type == "parquet" else None
+    return None if output is None else read_sink_log(output)
+
+
+def with_output(settings: Settings, held: CheckpointRead) -> CheckpointRead:
+    """`held` with the parquet output's log beside it, and its columns, read once."""
+    log = read_output_log(settings)
+    return replace(held, sink_log=log, output_columns=output_columns(log))
+
+
+def lost_output(settings: Settings, held: CheckpointRead) -> tuple[list[str], list[str]]:
     """(refusals, notes): committed output that is gone, one line each; a note where it cannot be told."""
-    last = last_committed(checkpoint)
+    last = held.last_committed
     output = None if settings.sink.type == "console" else local_checkpoint(settings.sink.path)
     if last is None or output is None:
         return [], []
     if settings.sink.type == "parquet":
-        problem = _file_sink_problem(output, last)
+        problem = _file_sink_problem(held.sink_log, last)
     else:
         problem = _delta_problem(output)
         if problem is None and not (output / "_delta_log").is_dir():
@@ -58,39 +70,25 @@ def lost_output(settings: Settings, checkpoint: Path) -> tuple[list[str], list[s
     if problem is None:
         return [], []
     return [
-        f"sink.path {output} has lost committed output: {problem}, while the checkpoint {checkpoint} has committed"
-        f" batches up to {last}, which a restart never writes again. Put the output back as it was (a backup, or"
-        f" where it was moved); or write everything again: {START_OVER}"
+        f"sink.path {output} has lost committed output: {problem}, while the checkpoint {held.checkpoint} has"
+        f" committed batches up to {last}, which a restart never writes again. Put the output back as it was (a"
+        f" backup, or where it was moved); or write everything again: {START_OVER}"
     ], []
 
 
-def check_sink_log(settings: Settings) -> None:
+def check_sink_log(log: SinkLog | None) -> None:
     """CheckpointUnreadable naming a parquet sink's log entry that is damaged: one that no longer matches
     its checksum, or, from the newest merge file on (what Spark and every reader of the output read),
     one that does not parse. Spark would go on writing batches, and the output could no longer be read."""
-    output = local_checkpoint(settings.sink.path) if settings.sink.type == "parquet" else None
-    batches = [] if output is None else logged_batches(output)
-    if output is None or not batches:
+    if log is None or not log.batches:
         return
-    log = output / LOG_DIR
-    entries = [entry for batch in batches for entry in (log / f"{batch}.compact", log / str(batch)) if entry.is_file()]
     way_on = f"put the output back with its {LOG_DIR} from a copy, or {START_OVER}"
-    check_checksums(entries, way_on)
-    merged = [entry for entry in entries if entry.name.endswith(".compact")]
-    for entry in entries[entries.index(merged[-1]) if merged else 0 :]:
-        lines = entry.read_text(encoding="utf-8", errors="replace").splitlines()
-        if not lines or lines[0] != LOG_VERSION or not all(_is_entry(line) for line in lines[1:] if line.strip()):
-            raise CheckpointUnreadable(
-                f"{entry} is not a {LOG_VERSION} entry of the file sink's log (cut short or changed): Spark would"
-                f" go on writing batches, and the output could no longer be read; {way_on}"
-            )
-
-
-def _is_entry(line: str) -> bool:
-    try:
-        return isinstance(json.loads(line).get("path"), str)
-    except (ValueError, AttributeError):
-        return False
+    check_checksums(log.entries, way_on)
+    if log.unreadable is not None:
+        raise CheckpointUnreadable(
+            f"{log.unreadable} is not a {LOG_VERSION} entry of the file sink's log (cut short or changed): Spark"
+            f" would go on writing batches, and the output could no longer be read; {way_on}"
+        )
 
 
 def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
@@ -101,8 +99,7 @@ def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
         return []
     last = -1 if held.last_batch is None else held.last_batch
     if settings.sink.type == "parquet":
-        batches = logged_batches(output)
-        newest, log = (batches[-1] if batches else -1), f"its log {output / LOG_DIR}"
+        newest, log = (-1 if held.sink_log is None else held.sink_log.newest), f"its log {output / LOG_DIR}"
     elif (output / "_delta_log").is_dir() and (held.checkpoint / "metadata").is_file():
         query = query_id(held.checkpoint)
         newest, log = committed_version(str(output), query), f"its Delta log's transactions of query {query}"
@@ -133,14 +130,10 @@ def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
 SPARK_ROW_SCHEMA = b"org.apache.spark.sql.parquet.row.metadata"
 
 
-def output_columns(settings: Settings) -> tuple[str, ...] | None:
+def output_columns(log: SinkLog | None) -> tuple[str, ...] | None:
     """The columns of the newest data file of a parquet output as "name type" (a reader of the output
     takes one file's columns and types for all), None without one or without Spark's schema in it."""
-    output = local_checkpoint(settings.sink.path) if settings.sink.type == "parquet" else None
-    batches = [] if output is None else logged_batches(output)
-    if output is None or not batches:
-        return None
-    newest = next((path for path in reversed(_live_files(output / LOG_DIR, batches)) if path.is_file()), None)
+    newest = None if log is None else next((path for path in reversed(log.live_files) if path.is_file()), None)
     try:
         footer = None if newest is None else pq.read_schema(newest).metadata or {}
         written = None if footer is None or SPARK_ROW_SCHEMA not in footer else json.loads(footer[SPARK_ROW_SCHEMA])
@@ -158,38 +151,13 @@ def columns(schema: StructType) -> tuple[str, ...]:
     return tuple(f"{field.name} {field.dataType.simpleString()}" for field in schema.fields)
 
 
-def _file_sink_problem(output: Path, last_committed: int) -> str | None:
-    log = output / LOG_DIR
-    if not log.is_dir():
+def _file_sink_problem(log: SinkLog | None, last_committed: int) -> str | None:
+    if log is None:
         return f"{LOG_DIR}, the parquet sink's log of the files it committed, is not there"
-    batches = logged_batches(output)
-    if not batches or batches[-1] < last_committed:
-        ends = f"ends at batch {batches[-1]}" if batches else "is empty"
+    if log.newest < last_committed:
+        ends = f"ends at batch {log.newest}" if log.batches else "is empty"
         return f"its {LOG_DIR} {ends}"
-    missing = [path for path in _live_files(log, batches) if not path.exists()]
-    return _missing(missing)
-
-
-def _live_files(log: Path, batches: list[int]) -> list[Path]:
-    """The files the log holds as written: from its newest merge file on, adds less deletes."""
-    merged = [batch for batch in batches if (log / f"{batch}.compact").is_file()]
-    first = merged[-1] if merged else batches[0]
-    files: dict[str, Path] = {}
-    for batch in (batch for batch in batches if batch >= first):
-        entry = log / (f"{batch}.compact" if (log / f"{batch}.compact").is_file() else str(batch))
-        for line in entry.read_text(encoding="utf-8", errors="replace").splitlines()[1:]:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            location = urlparse(str(record.get("path", "")))
-            if location.scheme not in ("", "file"):
-                continue
-            if record.get("action") == "delete":
-                files.pop(location.path, None)
-            else:
-                files[location.path] = Path(unquote(location.path))
-    return list(files.values())
+    return _missing([path for path in log.live_files if not path.exists()])
 
 
 def _delta_problem(output: Path) -> str | None:

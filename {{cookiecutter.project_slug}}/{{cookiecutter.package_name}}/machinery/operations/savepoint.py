@@ -37,7 +37,7 @@ from ..core.checkpoint.sink_log import LOG_DIR
 from ..core.confs import INTEGRITY_CONFS
 from ..core.contract import PACKAGE
 from ..core.settings import Settings
-from ..job.output_check import lost_output
+from ..job.output_check import lost_output, with_output
 from .inspection import checkpoint_facts, inspect_checkpoint
 
 if TYPE_CHECKING:  # Spark is imported only when the checks pass
@@ -101,7 +101,7 @@ def plan_create(settings: Settings, target: Path) -> Origin:
             f" --max-batches 1 runs that batch and stops), or, on RocksDB, python -m {PACKAGE} repartition"
             " --finish-last-batch; then take the savepoint"
         )
-    lost, _ = lost_output(settings, checkpoint)
+    lost, _ = lost_output(settings, with_output(settings, held))
     if lost:
         raise SavepointRefused(lost[0])
     output = None

@@ -20,6 +20,7 @@ from ..confs import ENCODING_CONF
 from ..contract import PACKAGE
 from .copying import PARTIAL
 from .path_records import hadoop_crc
+from .sink_log import SinkLog
 
 
 def local_checkpoint(location: str) -> Path | None:
@@ -44,7 +45,8 @@ class CheckpointRead:
     format_version: int | None
     operators: list[dict]
     schemas: dict[int, list[ColumnFamily] | None]
-    # The columns of the parquet output beside it (its newest data file's), where the guard read them.
+    # The parquet output's log and its columns (its newest data file's), where the guard read them.
+    sink_log: SinkLog | None = None
     output_columns: tuple[str, ...] | None = None
 
     @property

@@ -1,4 +1,4 @@
-"""The parquet sink's batch log (`<output>/_spark_metadata`), for the one batch Spark does not write.
+"""The parquet sink's batch log (`<output>/_spark_metadata`): its one reader, and the one batch Spark does not write.
 
 Spark's file sink records the files of every batch in `_spark_metadata/<batch>` and, every
 `compactInterval` batches, merges the entries since the last merge into `<batch>.compact`. The merge
@@ -6,11 +6,18 @@ reads every batch in between and fails on a missing one (BATCH_METADATA_NOT_FOUN
 repartitioning adds a batch that runs no query, so the sink never writes its entry and the job breaks
 at its next merge (seen on Spark 4.2.1 at batch 9). `record_empty_batch` writes what the sink writes
 for a batch without files: the header alone, or, on a merge batch, the merged entries.
+
+`read_sink_log` reads the log once for the checks of a start (job/output_check.py): the batches it
+holds, their entry files, and, from the newest merge file on (what Spark and every reader of the
+output read), the data files it holds as written, or the first entry that does not parse.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from .copying import write_atomically
 
@@ -40,6 +47,59 @@ def logged_batches(output: Path) -> list[int]:
     log = output / LOG_DIR
     names = (path.name.removesuffix(".compact") for path in log.iterdir()) if log.is_dir() else ()
     return sorted(int(name) for name in names if name.isdigit())
+
+
+@dataclass(frozen=True)
+class SinkLog:
+    """A parquet output's log as read: the batches it holds, each one's entry (its merge file where it has
+    one), the local data files it holds as written (adds less deletes), and the first entry from the
+    newest merge file on that is not a log entry (None when all are)."""
+
+    folder: Path
+    batches: list[int]
+    entries: list[Path]
+    live_files: list[Path]
+    unreadable: Path | None
+
+    @property
+    def newest(self) -> int:
+        return self.batches[-1] if self.batches else -1
+
+
+def read_sink_log(output: Path) -> SinkLog | None:
+    """The output's log, None without one."""
+    log = output / LOG_DIR
+    if not log.is_dir():
+        return None
+    batches = logged_batches(output)
+    entries = [
+        log / f"{batch}.compact" if (log / f"{batch}.compact").is_file() else log / str(batch) for batch in batches
+    ]
+    merged = [index for index, entry in enumerate(entries) if entry.name.endswith(".compact")]
+    files: dict[str, Path] = {}
+    for entry in entries[merged[-1] if merged else 0 :]:
+        lines = entry.read_text(encoding="utf-8", errors="replace").splitlines()
+        parsed = [_record(line) for line in lines[1:] if line.strip()]
+        records = [record for record in parsed if record is not None]
+        if not lines or lines[0] != LOG_VERSION or len(records) < len(parsed):
+            return SinkLog(log, batches, entries, list(files.values()), entry)
+        for record in records:
+            location = urlparse(record["path"])
+            if location.scheme not in ("", "file"):
+                continue
+            if record.get("action") == "delete":
+                files.pop(location.path, None)
+            else:
+                files[location.path] = Path(unquote(location.path))
+    return SinkLog(log, batches, entries, list(files.values()), None)
+
+
+def _record(line: str) -> dict | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("path"), str) else None
 
 
 def remove_entries_after(output: Path, batch: int) -> list[Path]:

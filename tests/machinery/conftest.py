@@ -31,7 +31,7 @@ from stream_job.machinery.core.contract import user_query
 from stream_job.machinery.core.durations import parse_duration
 from stream_job.machinery.core.settings import ENV_PREFIX, Settings, load_settings
 from stream_job.machinery.job.connectors import submit_arguments
-from stream_job.machinery.job.endpoints.sample_input import write_sample_files
+from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS, write_sample_files
 from stream_job.machinery.operations import local_kafka
 from stream_job.machinery.testing import run_batch
 from stream_job.query import EVENT_SCHEMA, OPERATOR
@@ -234,7 +234,7 @@ def files_job(
     if operator == "custom_state" and provider == "hdfs":
         pytest.skip("custom_state runs only on the RocksDB state store")
     landing, join_landing = tmp_path / "landing", tmp_path / "landing-join"
-    keys = 10**9 if operator == "stream_stream_join" else 4
+    keys = UNIQUE_KEYS if operator == "stream_stream_join" else 4
     shape = {"files": files, "events_per_file": 40, "keys": keys, "advance_per_file": timedelta(minutes=2)}
     if operator == "custom_state":
         shape["run_length"] = 10

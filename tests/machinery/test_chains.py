@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.plan_operators import flow_order
 from stream_job.machinery.core.settings import load_settings
-from stream_job.machinery.job.endpoints.sample_input import write_sample_files
+from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS, write_sample_files
 from stream_job.machinery.job.query_plan import read_plan
 from stream_job.machinery.job.runner import build_result, run_query
 from stream_job.machinery.job.session import apply_confs
@@ -198,7 +198,7 @@ def replaced(code: str) -> dict[str, str]:
 
 def add_files(landing: Path, chain: Chain, files: int, join_landing: Path | None) -> None:
     """files more landing files (see conftest.files_job: 40 events 3 s apart, 2 minutes each), with repeats."""
-    keys = 10**9 if chain.two_inputs else 4
+    keys = UNIQUE_KEYS if chain.two_inputs else 4
     shape = {"files": files, "events_per_file": 40, "keys": keys, "advance_per_file": timedelta(minutes=2)}
     written = write_sample_files(landing, **shape, run_length=chain.run_length)
     if join_landing is not None:
@@ -392,7 +392,7 @@ ROWS_TOLERANCE = 0.25
 def test_each_operator_of_a_chain_is_estimated_as_spark_keeps_it(spark, tmp_path, name):
     at_home(name)
     chain = CHAINS[name]
-    keys = 10**9 if chain.two_inputs else 200
+    keys = UNIQUE_KEYS if chain.two_inputs else 200
     rate = {"type": "rate", "rate": {"rows_per_batch": 400, "advance_per_batch": "1 second", "keys": keys}}
     changes = deep_merge(
         chain_settings(tmp_path, chain),

@@ -19,6 +19,7 @@ import statistics
 
 import pytest
 from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS
 from stream_job.machinery.job.runner import run_query
 from stream_job.machinery.job.session import apply_confs
 
@@ -33,7 +34,7 @@ SETTLED = 10  # the last batches, whose medians are compared
 ROWS_TOLERANCE = 0.25
 BYTES_FACTOR = 2
 
-UNKNOWN = 10**9  # as many keys as events: every event a new key
+UNKNOWN = UNIQUE_KEYS  # as many keys as events: every event a new key
 # Per operator: the cases the issue asks for, each a name -> (keys, join type, store). Each bake
 # measures both stores, rows on each.
 CASES = {

@@ -39,14 +39,13 @@ from ..core.figures import human_bytes
 from ..core.operators import OPERATORS
 from ..core.plan_operators import PlanOperator, chain, flow_order
 from ..core.settings import ENV_PREFIX, Settings
+from ..job.endpoints.sample_input import UNIQUE_KEYS
 
 CONFIGURATIONS = {
     "hdfs": ("hdfs", False),
     "rocksdb": ("rocksdb", False),
     "rocksdb+changelog": ("rocksdb", True),
 }
-# Every synthetic event carries its own key in join and deduplication runs: no key repeats.
-UNIQUE_KEYS = 10**15
 # A bound in case the SIGTERM never comes (this process killed): batches past the counted ones.
 SPARE_BATCHES = 5
 # Event time starts on a whole hour (2023-11-14 22:00 UTC) and advances 1 s per batch, so that a run

@@ -36,9 +36,9 @@ from ..core.operators import OPERATORS
 from ..core.plan_operators import PlanOperator, chain, flow_order
 from ..core.sizing import core_rates
 from ..core.sizing.partitions import for_cores
+from ..job.endpoints.sample_input import UNIQUE_KEYS
 from .bench import (
     CONFIGURATIONS,
-    UNIQUE_KEYS,
     BenchError,
     BenchRunFailed,
     follow_run,

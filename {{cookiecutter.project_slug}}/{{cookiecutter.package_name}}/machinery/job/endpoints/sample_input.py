@@ -20,14 +20,16 @@ from ...core.contract import user_query
 from ...core.durations import parse_duration
 from ...core.operators import OPERATORS
 from ...core.settings import Settings
+from ...core.sizing.capacity import MAXIMA
 from .schema_events import schema_event
 
 FILE_PATTERN = re.compile(r"^events-(\d{5})\.json$")
 START = datetime(2026, 1, 1, tzinfo=UTC)
 # Distinct keys of the sample events, unless the starter's operator asks for others.
 DEFAULT_KEYS = 100
-# More keys than sample events: every event is its own key (a join's payment matches one order).
-UNIQUE_KEYS = 10**9
+# As many keys as the settings allow, more than any run's events: every event is its own key (a
+# join's payment matches one order; a bench's or calibration's state grows by every event).
+UNIQUE_KEYS = MAXIMA["key_cardinality"]
 # Payments a quarter, three quarters and one and a half join ranges after their orders: two of
 # three match, the third comes too late.
 PAYMENT_DELAY_SHARES = (0.25, 0.75, 1.5)

@@ -30,6 +30,7 @@ from .conftest import (
     committed_batches,
     expected_row_count,
     files_job,
+    jvm_free,
     run_main,
     run_python,
     start_job,
@@ -86,6 +87,9 @@ def test_repeated_kills_lose_and_repeat_nothing(spark, make_settings, write_sett
 
     last = run_python("main.py", "--settings", str(path), env=clean_env())
     assert last.returncode == 0, last.stderr[-3000:]
+    # A quiet console after a crash too: what Spark does to recover (each state partition read again
+    # from its files) is in logs/spark.log.
+    assert jvm_free(last.stderr) == "", last.stderr[-3000:]
     # Batch boundaries may shift across restarts (available-now plans the rest anew), so the
     # batches are checked for gaps, and the output for exactness.
     committed = committed_batches(checkpoint)

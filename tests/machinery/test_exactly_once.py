@@ -56,10 +56,9 @@ def kill_mid_batch(process: subprocess.Popen, checkpoint: Path, sent: int = sign
         logged = logged_batches(checkpoint)
         committed = committed_batches(checkpoint)
         if len(committed) >= KILL_AFTER_COMMITS and logged and logged[-1] not in committed:
-            if sent == signal.SIGKILL:  # the whole group, Python and its JVM, as a crash takes them
-                os.killpg(process.pid, sent)
-            else:  # a stop the job handles: its Python process alone gets it, as from a terminal
-                process.send_signal(sent)
+            # The whole group, Python and its JVM: SIGKILL as a crash takes them; SIGTERM as systemd's
+            # default KillMode and `timeout` send it (the JVM ignores it, the job stops on a boundary).
+            os.killpg(process.pid, sent)
             process.wait(timeout=60)
             return logged[-1]
         time.sleep(0.01)

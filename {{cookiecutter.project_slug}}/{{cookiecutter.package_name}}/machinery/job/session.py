@@ -24,7 +24,7 @@ from ..core.confs import (
 )
 from ..core.settings import Settings, SettingsError, unset_secrets
 from .connectors import DELTA_CATALOG, DELTA_EXTENSION, fetch_failed, packages, resolver_confs
-from .console_relay import launch_relayed
+from .driver_jvm import launch_driver_jvm
 from .java import launched_by_spark_submit, require_java
 from .project_files import project_file
 
@@ -134,7 +134,7 @@ def build_session(
         builder = builder.config(key, value)
     try:
         if not launched_by_spark_submit():
-            launch_relayed(
+            launch_driver_jvm(
                 {**confs, "spark.master": settings.spark.master, "spark.app.name": settings.spark.app_name}, log_dir()
             )
         return builder.getOrCreate()
@@ -197,7 +197,7 @@ def local_session(app_name: str, confs: dict[str, str]) -> SparkSession:
     confs = {**confs, **log_config_confs(confs), "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
     for key, value in confs.items():
         builder = builder.config(key, value)
-    launch_relayed({**confs, "spark.master": "local[2]", "spark.app.name": app_name}, log_dir())
+    launch_driver_jvm({**confs, "spark.master": "local[2]", "spark.app.name": app_name}, log_dir())
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -1,10 +1,15 @@
-"""The driver JVM's console, relayed through this process so that what log4j cannot route reaches a file.
+"""The driver JVM when `python main.py` (or a command of the package) starts it, not spark-submit.
 
+Its console is relayed through this process so that what log4j cannot route reaches a file:
 custom_state's Python worker on the driver prints its start and each call of the processor's init
-("Starting execution of UDF ...") with print(): the JVM copies those lines to its stderr as they are,
-past log4j. When `python main.py` starts the JVM, its stderr comes through a pipe read here: those
-lines go to logs/python-workers.log, every other line to the console unchanged. Under spark-submit
-the JVM is the parent process and prints them itself.
+("Starting execution of UDF ...") with print(), which the JVM copies to its stderr as they are. Those
+lines go to logs/python-workers.log, every other line to the console unchanged.
+
+It ignores SIGTERM: a SIGTERM sent to the whole process group (systemd's default KillMode, `timeout`,
+a supervisor's kill of the group) reached the JVM too, which exited at once under the job's graceful
+stop, ending it in Py4J tracebacks. The job stops it instead: the JVM exits when this process does
+(pyspark's gateway ends when its stdin closes). Under spark-submit the JVM is the parent process, and
+neither applies.
 """
 
 from __future__ import annotations
@@ -24,9 +29,9 @@ WORKER_LOG = "python-workers.log"
 WORKER_CHATTER = re.compile(rb"^(Starting )?Streaming TransformWith\w+ Python worker")
 
 
-def launch_relayed(confs: Mapping[str, str], logs: Path) -> None:
-    """Start the driver JVM with `confs` (spark.master and spark.app.name among them), its stderr relayed;
-    the session built next uses it. Nothing when this process has a JVM already."""
+def launch_driver_jvm(confs: Mapping[str, str], logs: Path) -> None:
+    """Start the driver JVM with `confs` (spark.master and spark.app.name among them), its stderr relayed
+    and SIGTERM ignored; the session built next uses it. Nothing when this process has a JVM already."""
     if SparkContext._gateway is not None:
         return
     console = os.dup(2)  # the console as it is now: where the JVM would have printed
@@ -43,6 +48,8 @@ def launch_relayed(confs: Mapping[str, str], logs: Path) -> None:
         relay.join(timeout=30)  # the JVM's last words before the error that names them
         raise
     os.close(write_end)
+    jvm = gateway.jvm
+    jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal("TERM"), jvm.sun.misc.SignalHandler.SIG_IGN)
     SparkContext._ensure_initialized(gateway=gateway)
 
 

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO, get_args
 
 from pydantic import (
     AfterValidator,
@@ -23,9 +23,11 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ..checkpoint.files import local_checkpoint
@@ -70,6 +72,18 @@ class SettingsError(Exception):
 class Section(BaseModel):
     # A rate or a factor of inf or nan would pass `gt=0` and fail in the sizing's arithmetic, after Spark started.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """pydantic reads true as 1 for a number: `shuffle_partitions: true` would pin one partition."""
+        if isinstance(value, bool) and info.field_name is not None and _numeric(cls.model_fields[info.field_name]):
+            raise ValueError(f"{str(value).lower()} is not a number")
+        return value
+
+
+def _numeric(field: FieldInfo) -> bool:
+    return any(kind in (int, float) for kind in (get_args(field.annotation) or (field.annotation,)))
 
 
 def _duration(value: str) -> str:

@@ -182,9 +182,12 @@ def check_log_files(checkpoint: Path) -> None:
 
 
 def checksummed_files(checkpoint: Path) -> list[Path]:
-    """The checkpoint's files that Spark reads whole and trusts: its logs, its metadata, each operator's
-    state metadata and state schemas (the state's data files are the integrity settings' and state_checks')."""
+    """The checkpoint's files that Spark reads whole and trusts: its logs (the sources' own too: the file
+    source's list of the files it read), its metadata, each operator's state metadata and state schemas
+    (the state's data files are the integrity settings' and state_checks')."""
     logs = [path for log in ("offsets", "commits") for path in _numbered(checkpoint / log)]
+    for source in _numbered(checkpoint / "sources"):
+        logs += sorted(path for path in source.iterdir() if path.name.removesuffix(".compact").isdigit())
     state = checkpoint / "state"
     kept = [*state.glob("*/_metadata/metadata"), *state.glob("*/_metadata/v2/*"), *state.glob("*/_stateSchema/*/*")]
     kept += state.glob("*/0/**/_metadata/schema")

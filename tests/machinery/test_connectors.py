@@ -168,6 +168,8 @@ def test_failed_download_is_a_sentence(write_settings, tmp_path):
     result = run_python("main.py", "--settings", str(path), env=clean_env())
     assert result.returncode == 3, result.stderr[-2000:]
     assert f"connector error: Spark could not start: fetching --packages {KAFKA} from Maven failed" in result.stderr
+    # "See the Ivy lines above": on a failed resolution its report stays on the console, before the line.
+    assert result.stderr.index(":: resolving dependencies ::") < result.stderr.index("connector error:")
     assert "Traceback" not in result.stderr
     assert not checkpoint.exists()
 

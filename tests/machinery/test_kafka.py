@@ -27,6 +27,7 @@ from .conftest import (
     committed_batches,
     digest,
     files_job,
+    jvm_free,
     kafka_job,
     kafka_offsets,
     run_cli_process,
@@ -145,6 +146,8 @@ def test_sasl_reads_with_the_password_from_the_named_variable_and_never_prints_i
 
     assert result.returncode == 0, result.stderr[-3000:]
     assert sum(input_rows(result.stdout)) == 40
+    # A quiet console with a connector fetched: Ivy's report of the resolution went to logs/packages.log.
+    assert jvm_free(result.stderr) == "", result.stderr[-3000:]
     assert password not in result.stdout + result.stderr + path.read_text()
 
 

@@ -2,8 +2,9 @@
 
 Its console is relayed through this process so that what log4j cannot route reaches a file:
 custom_state's Python worker on the driver prints its start and each call of the processor's init
-("Starting execution of UDF ...") with print(), which the JVM copies to its stderr as they are. Those
-lines go to logs/python-workers.log, every other line to the console unchanged.
+("Starting execution of UDF ...") with print(), which the JVM copies to its stderr as they are, and
+Ivy reports each resolution of spark.jars.packages there, some fifty lines at every start. Those go
+to logs/python-workers.log and logs/packages.log, every other line to the console unchanged.
 
 It ignores SIGTERM: a SIGTERM sent to the whole process group (systemd's default KillMode, `timeout`,
 a supervisor's kill of the group) reached the JVM too, which exited at once under the job's graceful
@@ -25,8 +26,12 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 
 WORKER_LOG = "python-workers.log"
+PACKAGES_LOG = "packages.log"
 # pyspark/sql/streaming/transform_with_state_driver_worker.py's print()s; each ends in an empty line.
 WORKER_CHATTER = re.compile(rb"^(Starting )?Streaming TransformWith\w+ Python worker")
+# Ivy's report of resolving spark.jars.packages, printed at every start: its settings, each module
+# found, the resolution table (and, when it fails, the Java trace after the error).
+IVY_REPORT = re.compile(rb"^(:: |\t| |Ivy Default Cache|The jars for the packages|\S+#\S+ added as a dependency)")
 
 
 def launch_driver_jvm(confs: Mapping[str, str], logs: Path) -> None:
@@ -34,35 +39,58 @@ def launch_driver_jvm(confs: Mapping[str, str], logs: Path) -> None:
     and SIGTERM ignored; the session built next uses it. Nothing when this process has a JVM already."""
     if SparkContext._gateway is not None:
         return
-    console = os.dup(2)  # the console as it is now: where the JVM would have printed
+    relay = _Relay(os.dup(2), logs)  # the console as it is now: where the JVM would have printed
     read_end, write_end = os.pipe()
     # Read from before the launch: a JVM fetching connector JARs prints more than a pipe holds.
-    relay = threading.Thread(
-        target=_relay, args=(os.fdopen(read_end, "rb"), console, logs / WORKER_LOG), name="jvm-stderr", daemon=True
-    )
-    relay.start()
+    reader = threading.Thread(target=relay.run, args=(os.fdopen(read_end, "rb"),), name="jvm-stderr", daemon=True)
+    reader.start()
     try:
         gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(confs.items())), {"stderr": write_end})
     except BaseException:
         os.close(write_end)
-        relay.join(timeout=30)  # the JVM's last words before the error that names them
+        reader.join(timeout=30)  # the JVM's last words, Ivy's report among them, before the error
+        relay.launched(success=False)
         raise
     os.close(write_end)
+    relay.launched(success=True)
     jvm = gateway.jvm
     jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal("TERM"), jvm.sun.misc.SignalHandler.SIG_IGN)
     SparkContext._ensure_initialized(gateway=gateway)
 
 
-def _relay(jvm_stderr: IO[bytes], console: int, worker_log: Path) -> None:
-    chatter = False
-    log = None
-    for line in iter(jvm_stderr.readline, b""):
-        if WORKER_CHATTER.match(line) or (chatter and not line.strip()):
-            chatter = True
-            if log is None:
-                worker_log.parent.mkdir(parents=True, exist_ok=True)
-                log = worker_log.open("ab", buffering=0)
-            log.write(line)
-            continue
-        chatter = False
-        os.write(console, line)
+class _Relay:
+    """The JVM's stderr, line by line: to the console, but the driver's Python worker's chatter to
+    logs/python-workers.log and, once the JVM is up, Ivy's report to logs/packages.log (while it starts
+    the lines wait, in order: a failed resolution prints the report on the console with its error)."""
+
+    def __init__(self, console: int, logs: Path) -> None:
+        self.console, self.logs = console, logs
+        self.lock = threading.Lock()
+        self.starting: list[bytes] | None = []  # None once the JVM is up
+        self.chatter = False
+
+    def run(self, jvm_stderr: IO[bytes]) -> None:
+        for line in iter(jvm_stderr.readline, b""):
+            with self.lock:
+                if self.starting is not None:
+                    self.starting.append(line)
+                    continue
+            if WORKER_CHATTER.match(line) or (self.chatter and not line.strip()):
+                self.chatter = True
+                self._append(WORKER_LOG, [line])
+            else:
+                self.chatter = False
+                os.write(self.console, line)
+
+    def launched(self, success: bool) -> None:
+        with self.lock:
+            lines, self.starting = self.starting or [], None
+        report = [line for line in lines if success and IVY_REPORT.match(line)]
+        if report:
+            self._append(PACKAGES_LOG, report)
+        os.write(self.console, b"".join(line for line in lines if not (success and IVY_REPORT.match(line))))
+
+    def _append(self, name: str, lines: list[bytes]) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with (self.logs / name).open("ab") as log:
+            log.writelines(lines)

@@ -5,6 +5,7 @@ the job, once the output is back, goes on to an output equal to the batch comput
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -91,9 +92,10 @@ def test_an_output_ahead_of_the_checkpoint_is_refused_and_the_way_out_loses_noth
 ):
     """A sink knows a batch by its id: against an output that went further, a new checkpoint (batches
     from 0) or an older copy of the checkpoint would have its batches skipped as written, their input
-    lost. Both starts are refused before Spark, with nothing changed (a Delta table by its transactions
-    of the query id, so a new checkpoint, a new query id, is no skip there); the way out the refusal
-    gives ends with every input row in the output."""
+    lost. Both starts are refused before Spark, with nothing changed (a Delta table knows batches by
+    query id, so a new checkpoint, a new query id, skips nothing there: it would write every result a
+    second time, and is refused for that); the way out the refusal gives ends with every input row in
+    the output, once."""
     changes = files_job(tmp_path, sink, ANY_PROVIDER, files=3)
     path = write_settings(changes)
     settings = make_settings(changes)
@@ -137,6 +139,16 @@ def test_an_output_ahead_of_the_checkpoint_is_refused_and_the_way_out_loses_noth
             " be lost. Nothing was started; set sink.path to an empty directory too, or set"
             " query.checkpoint_location back to the checkpoint that wrote that output"
         )
+        assert not fresh.exists() and digest(output) == kept
+    else:  # a new query id: every result written a second time beside the first
+        query = json.loads((checkpoint / "metadata").read_text())["id"]
+        result = run_main("--settings", str(at_fresh))
+        assert result.returncode == 4, result.stderr[-3000:]
+        assert result.stderr.strip().startswith(
+            f"checkpoint error: sink.path {output} holds the output of query {query} up to batch {newest} (its Delta"
+            f" log's transactions), and the checkpoint {fresh} has logged no batch yet: its query would write the"
+            " input it reads again beside those rows, each result twice"
+        ), result.stderr[-3000:]
         assert not fresh.exists() and digest(output) == kept
 
     # The way out: a new checkpoint and an empty sink.path reprocess everything.

@@ -34,7 +34,7 @@ from ..core.checkpoint.files import (
 )
 from ..core.checkpoint.sink_log import LOG_DIR, LOG_VERSION, SinkLog, read_sink_log
 from ..core.settings import Settings
-from .endpoints.sinks import committed_version
+from .endpoints.sinks import committed_version, stream_writers
 
 MISSING_SHOWN = 3  # the missing files named in the line, of however many
 
@@ -98,6 +98,8 @@ def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
     if output is None:
         return []
     last = -1 if held.last_batch is None else held.last_batch
+    if settings.sink.type == "delta" and held.last_batch is None:
+        return _delta_written_by_others(output, held)
     if settings.sink.type == "parquet":
         newest, log = (-1 if held.sink_log is None else held.sink_log.newest), f"its log {output / LOG_DIR}"
     elif (output / "_delta_log").is_dir() and (held.checkpoint / "metadata").is_file():
@@ -123,6 +125,21 @@ def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
         f"sink.path {output} holds the output of batches up to {newest} ({log}), {where}: the sink would take"
         f" this checkpoint's {skipped} as written already and skip them, and their input would be lost."
         f" Nothing was started; {way_out}"
+    ]
+
+
+def _delta_written_by_others(output: Path, held: CheckpointRead) -> list[str]:
+    """A new checkpoint, a new query id, against a Delta table other queries wrote: no batch is skipped
+    (the table knows batches by query id), but the input read again lands beside its earlier rows."""
+    writers = stream_writers(output)
+    if not writers:
+        return []
+    named = ", ".join(f"query {query} up to batch {batch}" for query, batch in sorted(writers.items()))
+    return [
+        f"sink.path {output} holds the output of {named} (its Delta log's transactions), and the checkpoint"
+        f" {held.checkpoint} has logged no batch yet: its query would write the input it reads again beside"
+        " those rows, each result twice (a window's count in two rows). Nothing was started; set sink.path to an"
+        " empty directory too, or set query.checkpoint_location back to the checkpoint that wrote that output"
     ]
 
 

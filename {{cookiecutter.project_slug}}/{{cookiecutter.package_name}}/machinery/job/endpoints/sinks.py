@@ -12,8 +12,11 @@ in driver memory and the write does not scale out. The delta-spark writer has ne
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
@@ -102,6 +105,29 @@ def committed_version(path: str, app_id: str) -> int:
         return -1
     version = table.transaction_version(app_id)
     return -1 if version is None else version
+
+
+def stream_writers(path: Path) -> dict[str, int]:
+    """The streaming queries a Delta table holds transactions of (Spark's Delta sink and the deltalake
+    writer record each batch as one, its app id the query id): query id -> the last batch id. Read from
+    the table's log, its newest checkpoint and the commits after it; {} without a table."""
+    log = path / "_delta_log"
+    found: dict[str, int] = {}
+    checkpoints = sorted(log.glob("*.checkpoint*.parquet")) if log.is_dir() else []
+    newest = int(checkpoints[-1].name.split(".")[0]) if checkpoints else -1
+    transactions = [
+        txn
+        for part in (part for part in checkpoints if int(part.name.split(".")[0]) == newest)
+        for txn in pq.read_table(part, columns=["txn"]).column("txn").to_pylist()
+        if txn
+    ]
+    for commit in sorted(log.glob("[0-9]*.json")) if log.is_dir() else []:
+        if int(commit.name.split(".")[0]) > newest:
+            actions = (json.loads(line) for line in commit.read_text(encoding="utf-8").splitlines() if line.strip())
+            transactions += [action["txn"] for action in actions if "txn" in action]
+    for txn in transactions:
+        found[txn["appId"]] = max(found.get(txn["appId"], -1), int(txn["version"]))
+    return found
 
 
 class MissingPackageError(Exception):

@@ -14,6 +14,7 @@ from stream_job.machinery.job.session import apply_confs
 from .conftest import (
     ANY_PROVIDER,
     BAKED_OPERATOR,
+    PACKAGE_DIR,
     deep_merge,
     digest,
     edited_query,
@@ -112,7 +113,31 @@ def test_check_passes_on_a_consistent_checkpoint_and_without_one(checkpoints, tm
     )
     check = run_cli("check", "--settings", str(write_settings_file(tmp_path / "fresh.yaml", fresh)))
     assert (check.returncode, check.stderr) == (0, "")
-    assert check.stdout == f"checkpoint: no checkpoint yet at {tmp_path / 'new'}: this run starts one\n"
+    assert check.stdout == (
+        f"checkpoint: no checkpoint yet at {tmp_path / 'new'}: this run starts one\n"
+        f"query: {BAKED_OPERATOR}, fits the settings; nothing to compare with yet\n"
+    )
+
+
+def test_an_error_in_the_projects_own_code_is_one_line_naming_its_file_and_line(spark, tmp_path):
+    """A typo in query.py: check said nothing without a checkpoint, and the start ended in a traceback.
+    Both now name the file, the line and the error, exit 2, and nothing is started."""
+    changes = files_job(tmp_path, "parquet", ANY_PROVIDER, files=1)
+    path = write_settings_file(tmp_path / "settings.yaml", changes)
+    source = (PACKAGE_DIR / "query.py").read_text()
+    begins = source.index("def stateful_query(")
+    signature = source[begins : source.index(":\n", begins) + 2]
+    typo = {signature: signature + "    nope\n"}  # the first line of its body
+    line = source[:begins].count("\n") + signature.count("\n") + 1
+    for command in ("check", "run"):
+        with edited_query(typo):
+            result = run_cli(command, "--settings", str(path))
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"query error: {PACKAGE_DIR.name}/query.py:{line}: NameError: name 'nope' is not defined; fix the code"
+            " (nothing ran)"
+        )
+    assert not (tmp_path / "checkpoint").exists()
 
 
 def test_changelog_checkpointing_may_be_toggled(spark, tmp_path):

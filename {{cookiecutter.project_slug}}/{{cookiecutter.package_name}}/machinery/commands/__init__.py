@@ -20,7 +20,7 @@ from pyspark.errors import AnalysisException
 
 from ..core.checkpoint.files import CheckpointUnreadable
 from ..core.checkpoint.run_lock import CheckpointBusy
-from ..core.contract import PACKAGE, QUERY_MODULE
+from ..core.contract import PACKAGE, QUERY_MODULE, ContractError, QueryCodeError
 from ..core.settings import SettingsError
 from ..core.text import first_line
 from ..job.connectors import ConnectorError
@@ -56,6 +56,8 @@ REFUSALS: dict[type[Exception], tuple[str, int]] = {
     InspectError: ("inspect error", EXIT_BAD_INPUT),
     KafkaSourceError: ("source error", EXIT_BAD_INPUT),
     OutputColumnsChanged: ("output error", EXIT_CHECKPOINT_DRIFT),
+    ContractError: ("query error", EXIT_BAD_INPUT),
+    QueryCodeError: ("query error", EXIT_BAD_INPUT),
 }
 
 __all__ = ["main", "parser"]

@@ -55,9 +55,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     report = check_checkpoint(settings)
     if not guard_passes(report):
         return EXIT_CHECKPOINT_DRIFT
+    operators, evolutions = _plan_fit(settings, report.held)  # the query is built even without a checkpoint
     if report.last_batch is None:
+        print(f"query: {operators}, fits the settings; nothing to compare with yet")
         return 0
-    operators, evolutions = _plan_fit(settings, report.held)
     for evolution in evolutions:
         print(f"state schema: {evolution}")
     print(

@@ -32,9 +32,22 @@ from __future__ import annotations
 
 import functools
 import importlib
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+from pyspark.errors import PySparkException
 
 from .operators import NAMES
+from .text import first_line
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from .settings import QuerySettings
 
 PACKAGE = __name__.split(".")[0]
 QUERY_MODULE = f"{PACKAGE}.query"
@@ -45,10 +58,56 @@ class ContractError(Exception):
     """The query module does not offer what the machinery needs; the message names what and where."""
 
 
+class QueryCodeError(Exception):
+    """The project's own code raised while the job imported or called it (not Spark refusing the query);
+    the message names the file and line."""
+
+
+# The project's package (its query module and the modules it imports), without the machinery.
+PACKAGE_DIR = Path(__file__).resolve().parents[2]
+MACHINERY_DIR = PACKAGE_DIR / "machinery"
+
+
+@contextmanager
+def project_code() -> Iterator[None]:
+    """Around an import or call of the project's code: an error raised in a file of the project's own
+    becomes a QueryCodeError in one line (Spark's refusals and the machinery's own errors pass)."""
+    try:
+        yield
+    except PySparkException:
+        raise
+    except Exception as error:
+        where = _project_line(error)
+        if where is None:
+            raise
+        raise QueryCodeError(
+            f"{where}: {type(error).__name__}: {first_line(str(error))}; fix the code (nothing ran)"
+        ) from error
+
+
+def _project_line(error: Exception) -> str | None:
+    """file:line of the innermost frame in the project's own files (for a SyntaxError, the line it names)."""
+    places = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(error.__traceback__)]
+    if isinstance(error, SyntaxError) and error.filename:
+        places.append((error.filename, error.lineno))
+    for filename, line in reversed(places):
+        path = Path(filename).resolve()
+        if path.is_relative_to(PACKAGE_DIR) and not path.is_relative_to(MACHINERY_DIR):
+            return f"{path.relative_to(PACKAGE_DIR.parent)}:{line}"
+    return None
+
+
+def stateful_query(events: DataFrame, query: QuerySettings, join_events: DataFrame | None) -> DataFrame:
+    """The project's query on these inputs (see the module's docstring)."""
+    with project_code():
+        return user_query().stateful_query(events, query, join_events)
+
+
 @functools.cache
 def user_query() -> ModuleType:
     """The project's query module, checked against the contract once per process."""
-    module = importlib.import_module(QUERY_MODULE)
+    with project_code():
+        module = importlib.import_module(QUERY_MODULE)
     missing = [name for name in REQUIRED if not hasattr(module, name)]
     if missing:
         raise ContractError(

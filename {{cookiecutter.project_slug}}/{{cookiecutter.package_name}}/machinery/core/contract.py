@@ -37,17 +37,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
-
-from pyspark.errors import PySparkException
 
 from .operators import NAMES
 from .text import first_line
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
-    from .settings import QuerySettings
 
 PACKAGE = __name__.split(".")[0]
 QUERY_MODULE = f"{PACKAGE}.query"
@@ -74,10 +66,8 @@ def project_code() -> Iterator[None]:
     becomes a QueryCodeError in one line (Spark's refusals and the machinery's own errors pass)."""
     try:
         yield
-    except PySparkException:
-        raise
     except Exception as error:
-        where = _project_line(error)
+        where = None if type(error).__module__.startswith(("pyspark", "py4j")) else _project_line(error)
         if where is None:
             raise
         raise QueryCodeError(
@@ -95,12 +85,6 @@ def _project_line(error: Exception) -> str | None:
         if path.is_relative_to(PACKAGE_DIR) and not path.is_relative_to(MACHINERY_DIR):
             return f"{path.relative_to(PACKAGE_DIR.parent)}:{line}"
     return None
-
-
-def stateful_query(events: DataFrame, query: QuerySettings, join_events: DataFrame | None) -> DataFrame:
-    """The project's query on these inputs (see the module's docstring)."""
-    with project_code():
-        return user_query().stateful_query(events, query, join_events)
 
 
 @functools.cache

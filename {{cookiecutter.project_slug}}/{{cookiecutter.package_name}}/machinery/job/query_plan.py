@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core.contract import stateful_query, user_query
+from ..core.contract import project_code, user_query
 from ..core.operators import BY_PLAN_NODE
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator
 
@@ -243,7 +243,8 @@ def stand_in_result(spark: SparkSession, settings: Settings) -> DataFrame:
         return rate.select(*(F.lit(None).cast(column.dataType).alias(column.name) for column in schema.fields))
 
     join_events = None if settings.join_source is None else stream()
-    return stateful_query(stream(), settings.query, join_events)
+    with project_code():
+        return user_query().stateful_query(stream(), settings.query, join_events)
 
 
 def planned_operators(spark: SparkSession, settings: Settings) -> list[PlanOperator]:

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from ..core.checkpoint.files import CheckpointRead
-from ..core.contract import QUERY_MODULE, stateful_query
+from ..core.contract import QUERY_MODULE, project_code, user_query
 from ..core.plan_operators import PlanOperator, chain, flow_order, unsized
 from ..core.settings import Settings
 from .endpoints.sinks import start_query
@@ -25,7 +25,8 @@ def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
     """The whole query as a DataFrame: the source (and join_source for a join), then the stateful transform."""
     events = read_events(spark, settings, "source")
     join_events = None if settings.join_source is None else read_events(spark, settings, "join_source")
-    return stateful_query(events, settings.query, join_events)
+    with project_code():
+        return user_query().stateful_query(events, settings.query, join_events)
 
 
 def follow_plan(

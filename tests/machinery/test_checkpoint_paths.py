@@ -15,6 +15,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 import yaml
@@ -138,7 +139,8 @@ def test_a_checkpoint_folder_this_user_may_not_write_or_read_is_said_as_a_permis
 
 
 def test_a_folder_made_read_only_while_the_job_runs_is_said_as_a_permission_not_damage(awkward, tmp_path):
-    """The batch that meets it fails; the advice names the folder and the chmod, and restores nothing."""
+    """The batch that meets it fails; the advice names the folder and the chmod, and restores nothing;
+    followed, the job goes on from the failed batch, with no gap, to every landing file."""
     folder = copy_of(awkward, tmp_path / "running")
     checkpoint = folder / AWKWARD
     more = tmp_path / "more"
@@ -183,3 +185,19 @@ def test_a_folder_made_read_only_while_the_job_runs_is_said_as_a_permission_not_
         f" '{checkpoint}' (or chown -R it to that user), then start again; the batch runs again."
     )
     assert "damaged there" not in output and "restore the checkpoint" not in output
+
+    # The way on it gives: write access back (done above), then start again; the batch runs again.
+    changes["query"]["trigger"] = "available_now"
+    settings.write_text(yaml.safe_dump(changes, sort_keys=False))
+    again = run_main("--settings", str(settings))
+    assert again.returncode == 0, again.stderr[-3000:]
+    batches = committed_batches(checkpoint)
+    assert batches == list(range(len(batches))) and len(batches) > committed + 1, (committed, batches)
+    read = {  # the file source's log: its merge files repeat the entries before them
+        json.loads(line)["path"]
+        for path in (checkpoint / "sources" / "0").glob("[0-9]*")
+        for line in path.read_text().splitlines()[1:]
+    }
+    assert {Path(unquote(urlparse(uri).path)).name for uri in read} == {
+        path.name for path in (folder / "landing").glob("*.json")
+    }

@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 import yaml
+from stream_job.machinery.core.checkpoint import path_records
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 
 from .conftest import (
@@ -49,13 +50,42 @@ def awkward(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def copy_of(folder: Path, into: Path) -> Path:
-    """The job's folder copied, its settings pointing at the copy."""
+def copied(folder: Path, into: Path) -> Path:
+    """The job's folder copied as `cp -r` copies it, its settings pointing at the copy."""
     shutil.copytree(folder, into)
     settings = into / "settings.yaml"
     moved = json.dumps(yaml.safe_load(settings.read_text())).replace(json.dumps(str(folder))[1:-1], str(into))
     settings.write_text(yaml.safe_dump(json.loads(moved), sort_keys=False))
     return into
+
+
+def copy_of(folder: Path, into: Path) -> Path:
+    """The job's folder copied, and the paths Spark wrote into its checkpoint moved with it (as savepoint
+    restore moves them): the file source's log names the copy's landing files."""
+    copied(folder, into)
+    for path in path_records.uris_in(into / AWKWARD):
+        path_records.rewrite(path, [(folder, into)])
+    return into
+
+
+def test_a_job_folder_copied_without_its_paths_moved_is_refused_before_reading_its_files_again(awkward, tmp_path):
+    """`cp -r` of a project: the file source's log names the files by the old folder's paths, so Spark
+    read every landing file again, each result written twice. Refused, naming both folders."""
+    folder = copied(awkward, tmp_path / "copy")
+    before = digest(folder)
+    result = run_main("--settings", str(folder / "settings.yaml"))
+    assert result.returncode == 4, result.stderr[-3000:]
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"checkpoint error: source.files.path is {folder / 'landing'} in settings, but the checkpoint"
+            f" {folder / AWKWARD} holds {awkward / 'landing'}: Spark's file source knows the files it read by their"
+            " full path, and would read every file that moved with the checkpoint again, writing each result twice."
+            f" Either set source.files.path back to {awkward / 'landing'}, or "
+        )
+    ), result.stderr[-3000:]
+    assert digest(folder) == before
 
 
 def inspect_json(*args: str) -> dict:

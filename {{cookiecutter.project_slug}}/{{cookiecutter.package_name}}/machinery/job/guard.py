@@ -90,6 +90,7 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     report.drifts += conf_drifts(settings, pinned)
     report.drifts += [] if held.stateless else format_version_drifts(settings, held)
     report.drifts += source_drifts(settings, held.last_batch, held.offsets)
+    report.drifts += moved_landing_drifts(settings, held.files_read)
     lost, note = lost_output(settings, held)
     report.refusals += lost
     report.notes += note
@@ -168,6 +169,36 @@ def source_drifts(settings: Settings, batch: int, offsets: list[str]) -> list[Dr
             " and another kind of source cannot read them.",
         )
     ]
+
+
+def moved_landing_drifts(settings: Settings, files_read: list[list[Path]]) -> list[Drift]:
+    """A files source whose landing folder moved under the checkpoint (a project folder moved or copied
+    elsewhere): Spark's file source knows the files it read by their full path, and would read every
+    file that moved along again."""
+    landings = {
+        section: Path(source.files.path).resolve()
+        for section, source in settings.inputs.items()
+        if source.type == "files" and local_checkpoint(source.files.path) is not None
+    }
+    sources = [files for files in files_read if files]
+    folders_read = [{path.parent.resolve() for path in files} for files in sources]
+    drifts = []
+    for files, folders in zip(sources, folders_read, strict=True):
+        if folders & set(landings.values()):
+            continue  # read from where the settings point
+        for section, landing in landings.items():
+            read_by_another = any(landing in other for other in folders_read)
+            if not read_by_another and any((landing / path.name).is_file() for path in files):
+                drifts.append(
+                    Drift(
+                        f"{section}.files.path",
+                        str(landing),
+                        ", ".join(str(folder) for folder in sorted(folders)),
+                        "Spark's file source knows the files it read by their full path, and would read every"
+                        " file that moved with the checkpoint again, writing each result twice.",
+                    )
+                )
+    return drifts
 
 
 def _topic_drifts(settings: Settings, held: list[tuple[str, frozenset[str]]]) -> list[Drift]:

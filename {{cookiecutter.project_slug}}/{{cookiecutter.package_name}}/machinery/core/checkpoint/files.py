@@ -15,6 +15,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from ..confs import ENCODING_CONF
 from ..contract import PACKAGE
@@ -45,6 +46,8 @@ class CheckpointRead:
     format_version: int | None
     operators: list[dict]
     schemas: dict[int, list[ColumnFamily] | None]
+    # Per source with a log of its own (the file source), the files of its newest entry.
+    files_read: list[list[Path]]
     # The parquet output's log and its columns (its newest data file's), where the guard read them.
     sink_log: SinkLog | None = None
     output_columns: tuple[str, ...] | None = None
@@ -75,7 +78,15 @@ def read_checkpoint(checkpoint: Path) -> CheckpointRead:
     check_checksums(newest, f"{rerun} wrote); or {RESTORE_OR_RESTART}")
     check_checksums([path for path in checksummed_files(checkpoint) if path not in newest], RESTORE_OR_RESTART)
     return CheckpointRead(
-        checkpoint, last_batch, pinned, offsets, committed, format_version(record), operators, schemas
+        checkpoint,
+        last_batch,
+        pinned,
+        offsets,
+        committed,
+        format_version(record),
+        operators,
+        schemas,
+        newest_files_read(checkpoint),
     )
 
 
@@ -117,6 +128,30 @@ def batch_metadata(checkpoint: Path, batch: int) -> dict | None:
 def source_offsets(checkpoint: Path, batch: int) -> list[str]:
     """The offset lines of one batch's offsets file, one per source (after the version and metadata lines)."""
     return (checkpoint / "offsets" / str(batch)).read_text().splitlines()[2:]
+
+
+def newest_files_read(checkpoint: Path) -> list[list[Path]]:
+    """Per source of a checkpoint that keeps a log of its own (the file source's `sources/<id>/<batch>`:
+    one JSON line per file read), the local files its newest entry lists."""
+    found = []
+    for source in _numbered(checkpoint / "sources"):
+        entries = sorted(
+            (path for path in source.iterdir() if path.name.removesuffix(".compact").isdigit()),
+            key=lambda path: int(path.name.removesuffix(".compact")),
+        )
+        lines = entries[-1].read_text(encoding="utf-8", errors="replace").splitlines()[1:] if entries else []
+        uris = [record.get("path") for record in map(_json_line, lines) if isinstance(record, dict)]
+        found.append(
+            [Path(unquote(urlparse(uri).path)) for uri in uris if isinstance(uri, str) and uri.startswith("file:")]
+        )
+    return found
+
+
+def _json_line(line: str) -> object:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def query_id(checkpoint: Path) -> str:

@@ -39,7 +39,8 @@ def launch_driver_jvm(confs: Mapping[str, str], logs: Path) -> None:
     and SIGTERM ignored; the session built next uses it. Nothing when this process has a JVM already."""
     if SparkContext._gateway is not None:
         return
-    relay = _Relay(os.dup(2), logs)  # the console as it is now: where the JVM would have printed
+    # The console as it is now (where the JVM would have printed); Ivy reports only with packages to fetch.
+    relay = _Relay(os.dup(2), logs, ivy="spark.jars.packages" in confs)
     read_end, write_end = os.pipe()
     # Read from before the launch: a JVM fetching connector JARs prints more than a pipe holds.
     reader = threading.Thread(target=relay.run, args=(os.fdopen(read_end, "rb"),), name="jvm-stderr", daemon=True)
@@ -63,8 +64,8 @@ class _Relay:
     logs/python-workers.log and, once the JVM is up, Ivy's report to logs/packages.log (while it starts
     the lines wait, in order: a failed resolution prints the report on the console with its error)."""
 
-    def __init__(self, console: int, logs: Path) -> None:
-        self.console, self.logs = console, logs
+    def __init__(self, console: int, logs: Path, ivy: bool) -> None:
+        self.console, self.logs, self.ivy = console, logs, ivy
         self.lock = threading.Lock()
         self.starting: list[bytes] | None = []  # None once the JVM is up
         self.chatter = False
@@ -80,15 +81,20 @@ class _Relay:
                 self._append(WORKER_LOG, [line])
             else:
                 self.chatter = False
-                os.write(self.console, line)
+                self._show(line)
 
     def launched(self, success: bool) -> None:
         with self.lock:
             lines, self.starting = self.starting or [], None
-        report = [line for line in lines if success and IVY_REPORT.match(line)]
+        moved = success and self.ivy
+        report = [line for line in lines if moved and IVY_REPORT.match(line)]
         if report:
             self._append(PACKAGES_LOG, report)
-        os.write(self.console, b"".join(line for line in lines if not (success and IVY_REPORT.match(line))))
+        self._show(b"".join(line for line in lines if not (moved and IVY_REPORT.match(line))))
+
+    def _show(self, data: bytes) -> None:
+        while data:
+            data = data[os.write(self.console, data) :]
 
     def _append(self, name: str, lines: list[bytes]) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)

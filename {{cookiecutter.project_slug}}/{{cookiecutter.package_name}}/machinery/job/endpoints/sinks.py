@@ -110,24 +110,41 @@ def committed_version(path: str, app_id: str) -> int:
 def stream_writers(path: Path) -> dict[str, int]:
     """The streaming queries a Delta table holds transactions of (Spark's Delta sink and the deltalake
     writer record each batch as one, its app id the query id): query id -> the last batch id. Read from
-    the table's log, its newest checkpoint and the commits after it; {} without a table."""
+    the table's log, its newest checkpoint and the commits after it; {} without a table. A log file
+    that does not read is passed over here: the Delta writer names it."""
     log = path / "_delta_log"
-    found: dict[str, int] = {}
     checkpoints = sorted(log.glob("*.checkpoint*.parquet")) if log.is_dir() else []
     newest = int(checkpoints[-1].name.split(".")[0]) if checkpoints else -1
     transactions = [
-        txn
-        for part in (part for part in checkpoints if int(part.name.split(".")[0]) == newest)
-        for txn in pq.read_table(part, columns=["txn"]).column("txn").to_pylist()
-        if txn
+        txn for part in checkpoints if int(part.name.split(".")[0]) == newest for txn in _checkpoint_txns(part)
     ]
     for commit in sorted(log.glob("[0-9]*.json")) if log.is_dir() else []:
         if int(commit.name.split(".")[0]) > newest:
-            actions = (json.loads(line) for line in commit.read_text(encoding="utf-8").splitlines() if line.strip())
-            transactions += [action["txn"] for action in actions if "txn" in action]
+            transactions += [action["txn"] for action in _actions(commit) if isinstance(action.get("txn"), dict)]
+    found: dict[str, int] = {}
     for txn in transactions:
-        found[txn["appId"]] = max(found.get(txn["appId"], -1), int(txn["version"]))
+        if isinstance(txn.get("appId"), str) and isinstance(txn.get("version"), int):
+            found[txn["appId"]] = max(found.get(txn["appId"], -1), txn["version"])
     return found
+
+
+def _checkpoint_txns(part: Path) -> list[dict]:
+    try:
+        return [txn for txn in pq.read_table(part, columns=["txn"]).column("txn").to_pylist() if txn]
+    except (OSError, ValueError, KeyError):  # pyarrow's ArrowInvalid is a ValueError
+        return []
+
+
+def _actions(commit: Path) -> list[dict]:
+    actions = []
+    for line in commit.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            action = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(action, dict):
+            actions.append(action)
+    return actions
 
 
 class MissingPackageError(Exception):

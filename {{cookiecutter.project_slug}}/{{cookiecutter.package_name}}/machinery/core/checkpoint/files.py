@@ -15,12 +15,11 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from ..confs import ENCODING_CONF
 from ..contract import PACKAGE
 from .copying import PARTIAL
-from .path_records import hadoop_crc
+from .path_records import hadoop_crc, json_line, local_path
 from .sink_log import SinkLog
 
 
@@ -135,23 +134,17 @@ def newest_files_read(checkpoint: Path) -> list[list[Path]]:
     one JSON line per file read), the local files its newest entry lists."""
     found = []
     for source in _numbered(checkpoint / "sources"):
-        entries = sorted(
-            (path for path in source.iterdir() if path.name.removesuffix(".compact").isdigit()),
-            key=lambda path: int(path.name.removesuffix(".compact")),
-        )
+        entries = _source_log_entries(source)
         lines = entries[-1].read_text(encoding="utf-8", errors="replace").splitlines()[1:] if entries else []
-        uris = [record.get("path") for record in map(_json_line, lines) if isinstance(record, dict)]
-        found.append(
-            [Path(unquote(urlparse(uri).path)) for uri in uris if isinstance(uri, str) and uri.startswith("file:")]
-        )
+        uris = [record.get("path") for record in map(json_line, lines) if isinstance(record, dict)]
+        found.append([path for uri in uris if isinstance(uri, str) and (path := local_path(uri)) is not None])
     return found
 
 
-def _json_line(line: str) -> object:
-    try:
-        return json.loads(line)
-    except ValueError:
-        return None
+def _source_log_entries(source: Path) -> list[Path]:
+    """A source's log entries (`<batch>` and `<batch>.compact`), in batch order."""
+    entries = (path for path in source.iterdir() if path.name.removesuffix(".compact").isdigit())
+    return sorted(entries, key=lambda path: int(path.name.removesuffix(".compact")))
 
 
 def query_id(checkpoint: Path) -> str:
@@ -222,7 +215,7 @@ def checksummed_files(checkpoint: Path) -> list[Path]:
     (the state's data files are the integrity settings' and state_checks')."""
     logs = [path for log in ("offsets", "commits") for path in _numbered(checkpoint / log)]
     for source in _numbered(checkpoint / "sources"):
-        logs += sorted(path for path in source.iterdir() if path.name.removesuffix(".compact").isdigit())
+        logs += _source_log_entries(source)
     state = checkpoint / "state"
     kept = [*state.glob("*/_metadata/metadata"), *state.glob("*/_metadata/v2/*"), *state.glob("*/_stateSchema/*/*")]
     kept += state.glob("*/0/**/_metadata/schema")

@@ -86,7 +86,7 @@ def uris_in(root: Path) -> dict[Path, list[str]]:
 
 
 def uris_in_file(path: Path) -> list[str]:
-    return [uri for line in _lines(path) for uri in _uris(_record(line))]
+    return [uri for line in _lines(path) for uri in _uris(json_line(line))]
 
 
 def is_under(uri: str, folders: list[Path]) -> bool:
@@ -130,7 +130,8 @@ def _lines(path: Path) -> list[str]:
         return []
 
 
-def _record(line: str) -> object:
+def json_line(line: str) -> object:
+    """One line of a checkpoint log as JSON, None where it is not JSON."""
     try:
         return json.loads(line)
     except ValueError:
@@ -150,7 +151,7 @@ def _uris(value: object) -> Iterator[str]:
 
 def _changed_line(line: str, change: Callable[[str], str | None]) -> str:
     """The line with each URI changed, the rest of its bytes as they were."""
-    for uri in set(_uris(_record(line))):
+    for uri in set(_uris(json_line(line))):
         new = change(uri)
         if new is not None:
             line = line.replace(json.dumps(uri, ensure_ascii=False), json.dumps(new, ensure_ascii=False))

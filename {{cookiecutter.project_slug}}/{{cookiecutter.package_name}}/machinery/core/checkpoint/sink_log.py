@@ -14,12 +14,12 @@ output read), the data files it holds as written, or the first entry that does n
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from .copying import write_atomically
+from .path_records import json_line
 
 LOG_DIR = "_spark_metadata"
 LOG_VERSION = "v1"
@@ -95,10 +95,7 @@ def read_sink_log(output: Path) -> SinkLog | None:
 
 
 def _record(line: str) -> dict | None:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
+    record = json_line(line)
     return record if isinstance(record, dict) and isinstance(record.get("path"), str) else None
 
 

@@ -12,7 +12,6 @@ in driver memory and the write does not scale out. The delta-spark writer has ne
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from ...core.checkpoint.path_records import json_line
 from ...core.durations import AVAILABLE_NOW
 from ...core.settings import QuerySettings, SinkSettings
 
@@ -136,15 +136,8 @@ def _checkpoint_txns(part: Path) -> list[dict]:
 
 
 def _actions(commit: Path) -> list[dict]:
-    actions = []
-    for line in commit.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            action = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(action, dict):
-            actions.append(action)
-    return actions
+    lines = commit.read_text(encoding="utf-8", errors="replace").splitlines()
+    return [action for action in map(json_line, lines) if isinstance(action, dict)]
 
 
 class MissingPackageError(Exception):

@@ -87,6 +87,7 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
         warnings=implausible(answers, sizing) + ([f"{too_few_cores} (max_cores)."] if too_few_cores else []),
         operators=list(operators),
         provider=decision.provider,
+        driver_memory=decision.heap,
         changelog_checkpointing=decision.changelog_checkpointing,
         shuffle_partitions=count,
         max_cores=cores,
@@ -338,10 +339,18 @@ def decision_comment(
         f"    (the store's overhead {e.store_costs_source})",
         f"  per partition = {e.total_bytes:,} B / {e.shuffle_partitions} = {e.bytes_per_partition:,} B",
         f"  x growth {e.growth_factor:g} = {e.projected_bytes_per_partition:,} B (RocksDB from {e.threshold_bytes:,} B)",
+        f"  per executor = {e.executor_partitions} partitions (a local run's driver holds them all)"
+        f" = {e.executor_state_bytes:,} B on the HDFS-backed store;",
+        f"    heap it needs there = 300 MiB + that / 40% (beside Spark's own memory) = {e.executor_heap_bytes:,} B",
         f"  on rocksdb: {e.rocksdb_disk_bytes // e.shuffle_partitions:,} B of disk and"
         f" {e.rocksdb_memory_bytes // e.shuffle_partitions:,} B of native memory per partition",
         f"  recommended: {e.recommended_provider}; requested: {answers['state_store_provider']};"
-        f" written: {decision.provider}",
+        f" written: {decision.provider}, spark.driver_memory {decision.heap}"
+        + (
+            " (what that heap needs)"
+            if decision.provider == "hdfs"
+            else " (Spark's default: RocksDB's state is native memory)"
+        ),
         *decision.notes,
         "Cores from the rate:",
         *(f"  {line}" for line in core_lines),

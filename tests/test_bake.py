@@ -34,7 +34,7 @@ COMBINATIONS = [
 ]
 # operator -> (the README's opening words, the line of the sizing report naming its rows).
 OPERATORS = {
-    "windowed_aggregation": ("job that counts events per key", "state rows     = 11 open windows"),
+    "windowed_aggregation": ("job that counts events per key", "state rows     = 11.17 open windows"),
     "deduplication": (
         "job that drops repeated events",
         "state rows     = (2 x watermark 600 s + one batch 10 s) x 10,000 rows/s = 12,100,000 rows",
@@ -43,7 +43,7 @@ OPERATORS = {
     "custom_state": ("job that keeps its own state per key", "state rows     = active keys within timeout"),
     "deduplicated_count": (
         "job that counts each event once",
-        "state rows     = 12,100,000 + 6,600,000 = 18,700,000 rows",
+        "state rows     = 12,100,000 + 6,700,000 = 18,800,000 rows",
     ),
 }
 # A starter -> its stateful operators, in the order events reach them.
@@ -113,7 +113,8 @@ def test_every_operator_bakes_for_both_providers(out, capfd, operator, provider)
 
 
 def test_custom_state_on_auto_gets_rocksdb_with_the_reason(out, capfd):
-    project = bake(out, stateful_operator="custom_state")
+    # Small enough for the HDFS-backed store's heap: RocksDB all the same, and the reason said.
+    project = bake(out, stateful_operator="custom_state", input_rows_per_second="10", max_cores="2")
     assert settings_of(project)["state_store"]["provider"] == "rocksdb"
     assert "rocksdb although the sizing says hdfs: Spark runs transformWithState only on RocksDB." in (
         capfd.readouterr().out
@@ -162,7 +163,8 @@ def test_combination_bakes_clean(out, answers):
     assert leftovers == []
     assert not [p for p in project.rglob("*") if "{{" in p.name]
     settings = settings_of(project)
-    expected_provider = "hdfs" if answers["state_store_provider"] == "auto" else answers["state_store_provider"]
+    # The default answers' state needs more heap than one executor should give it: rocksdb.
+    expected_provider = "rocksdb" if answers["state_store_provider"] == "auto" else answers["state_store_provider"]
     assert settings["state_store"]["provider"] == expected_provider
     assert settings["state_store"]["changelog_checkpointing"] is (expected_provider == "rocksdb")
     assert settings["sink"]["type"] == answers["sink"]
@@ -192,7 +194,7 @@ def test_combination_bakes_clean(out, answers):
     # The generated settings load in the generated package, and its estimate agrees with the bake.
     result = run_command(project, "estimate", "--json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["recommended_provider"] == "hdfs"
+    assert json.loads(result.stdout)["recommended_provider"] == "rocksdb"
     packages = run_command(project, "packages")
     expected = [
         EXPECTED_PACKAGES[answer] for answer in (answers["source"], answers["sink"]) if answer in EXPECTED_PACKAGES
@@ -245,40 +247,44 @@ def test_the_bench_example_stays_in_the_template(out):
 def test_default_bake_prints_the_worked_example(out, capfd):
     project = bake(out)
     printed = capfd.readouterr().out
-    # The headline (seed rule), then the windowed aggregation's own count: 11 open one-minute
-    # windows x 600,000 possible keys each (key cardinality unknown).
+    # The headline (seed rule), then the windowed aggregation's own count: window ends every minute
+    # over the 600 s watermark + a 10 s batch + the 60 s window, 11.17 open windows on average, x
+    # 600,000 possible keys each (key cardinality unknown).
     assert "headline       = watermark 10 minutes (600 s) x 10,000 rows/s = 6,000,000 rows" in printed
-    assert "= 6,600,000 rows" in printed
-    # The payload, 64 B a row, and the HDFS heap it takes: + 322 B of measured overhead per row and
-    # 470 B per store instance (machinery/core/sizing/store_costs.py): 6,600,000 x 386 B + 3 x 470 B, on the
-    # 3 partitions that keep each below 1 GiB (max_cores not known; the rate needs 1 core: 2 partitions).
-    assert "payload        = 6,600,000 rows x 64 B = 422,400,000 B" in printed
-    assert "hdfs heap      = 6,600,000 x 386 B + 3 x 470 B = 2,547,601,410 B (2.4 GiB)" in printed
-    assert "per partition  = 2,547,601,410 B / 3 partitions = 849,200,470 B" in printed
-    assert "raised to 3: 2.4 GiB of heap with growth needs 3 partitions to keep each below the 1.0 GiB" in printed
+    assert "= 6,700,000 rows" in printed
+    # The payload, 64 B a row, and the HDFS heap it would take: + 322 B of measured overhead per row and
+    # 470 B per store instance (machinery/core/sizing/store_costs.py): 6,700,000 x 386 B + 4 x 470 B.
+    assert "payload        = 6,700,000 rows x 64 B = 428,800,000 B" in printed
+    assert "hdfs heap      = 6,700,000 x 386 B + 4 x 470 B = 2,586,201,880 B (2.4 GiB)" in printed
+    # Each partition is below 1 GiB, but a local run's driver holds all four: 2.4 GiB of state needs
+    # 300 MiB + 2.4 GiB / 40% of heap, above the 4 GiB ceiling: rocksdb, and the heap at Spark's default.
+    assert "per executor   = 4 partitions (a local run's driver holds every partition) x 616.6 MiB = 2.4 GiB" in printed
+    assert (
+        "recommendation = rocksdb: each partition is below 1 GiB, but one executor holds 4 of them: 6.3 GiB" in printed
+    )
+    assert "chosen         = rocksdb, changelog checkpointing on" in printed
+    assert "heap           = 1g per executor (spark.driver_memory for local runs): Spark's default" in printed
     # The bytes per row are the answer, and the report says so, with the way to measure them.
     assert "bytes per row  = 64 B: state_bytes_per_row as given (the key and value columns), an assumption" in printed
-    assert "recommendation = hdfs" in printed
-    assert "chosen         = hdfs, changelog checkpointing off" in printed
     text = (project / "settings.yaml").read_text()
     assert "#   headline rows = 10 minutes x 10000 rows/s = 6,000,000" in text
-    assert "#   per partition = 2,547,601,410 B / 3 = 849,200,470 B" in text
-    # The cores beside the memory: in the settings' comment and the README's sizing table.
-    assert "# Cores from the rate:\n  #   windowed_aggregation on hdfs: 10,000 rows/s / " in text
+    assert "#   per partition = 2,586,201,880 B / 4 = 646,550,470 B" in text
+    assert "#     heap it needs there = 300 MiB + that / 40% (beside Spark's own memory) = 6,780,077,500 B" in text
+    assert '  driver_memory: "1g"' in text
+    # The cores beside the memory: in the settings' comment and the README's sizing table. RocksDB holds
+    # fewer rows per core: the rate needs 2 cores, 4 partitions.
+    assert "# Cores from the rate:\n  #   windowed_aggregation on rocksdb: 10,000 rows/s / " in text
     readme = (project / "README.md").read_text()
     assert "| at 10,000 rows/s | memory | cores |\n| --- | --- | --- |\n" in readme
     assert (
-        "| comes to | 2,430 MiB of heap (809.9 MiB per partition with growth) on hdfs | 1 core needed (70% load) |"
+        "| comes to | 2,023 MiB of native memory and 96 MiB of local disk on rocksdb | 2 cores needed (70% load) |"
         in readme
     )
-    assert "| pinned | provider hdfs | 3 shuffle partitions |" in readme
-    assert "#   payload = 6,600,000 x 64 B = 422,400,000 B; 64 B per row" in text
+    assert "| pinned | provider rocksdb | 4 shuffle partitions |" in readme
+    assert "#   payload = 6,700,000 x 64 B = 428,800,000 B; 64 B per row" in text
     assert "#     (key + value columns) is your answer, not a measurement:" in text
     assert "#     `python -m stream_job estimate --calibrate` measures the footprint per row" in text
-    assert "#   recommended: hdfs; requested: auto; written: hdfs" in text
-    assert "# changelog checkpointing is written as off" in text
-    # Only RocksDB state can be repartitioned later: said where the HDFS store is chosen.
-    assert "those of an hdfs checkpoint cannot: if the stream may outgrow them, rocksdb keeps that way open." in printed
+    assert "#   recommended: rocksdb; requested: auto; written: rocksdb, spark.driver_memory 1g" in text
     assert (
         "# checkpoint can be moved later with the job stopped (python -m stream_job repartition, Spark 4.2+);" in text
     )
@@ -294,12 +300,12 @@ def test_large_state_gets_rocksdb_with_changelog(out, capfd):
     assert (store["provider"], store["changelog_checkpointing"]) == ("rocksdb", True)
     result = run_command(project, "estimate", "--json")
     sizing = json.loads(result.stdout)
-    # 61 open windows x 60,000,000 keys; x (100 + 322) B of heap + 470 B per partition, / the partitions,
+    # 61.17 open windows x 60,000,000 keys; x (100 + 322) B of heap + 470 B per partition, / the partitions,
     # 2 per core the rate needs (max_cores not known).
     partitions = settings_of(project)["spark"]["shuffle_partitions"]
     assert partitions == 2 * sizing["cores_needed"] == sizing["partitions"]["recommended"]
-    assert sizing["rows"] == 3_660_000_000
-    assert sizing["bytes_per_partition"] == (3_660_000_000 * 422 + partitions * 470) // partitions
+    assert sizing["rows"] == 3_670_000_000
+    assert sizing["bytes_per_partition"] == (3_670_000_000 * 422 + partitions * 470) // partitions
 
 
 def test_changelog_can_be_turned_off(out):
@@ -319,7 +325,7 @@ def test_choice_against_the_sizing_is_kept_with_a_loud_warning(out, capfd):
 def test_partitions_are_advised_from_the_cores_with_the_reasoning(out, capfd):
     project = bake(out, max_cores="3")
     printed = capfd.readouterr()
-    # 2 tasks per core x 3 cores; the default state, 6,600,000 rows x 386 B of heap + 6 x 470 B, at 6 partitions.
+    # 2 tasks per core x 3 cores; the default state, 6,700,000 rows x 386 B of heap + 6 x 470 B, at 6 partitions.
     settings = settings_of(project)
     assert (settings["spark"]["shuffle_partitions"], settings["capacity"]["max_cores"]) == (6, 3)
     assert "shuffle partitions = 6, advised 6:" in printed.out
@@ -327,7 +333,7 @@ def test_partitions_are_advised_from_the_cores_with_the_reasoning(out, capfd):
     text = (project / "settings.yaml").read_text()
     assert "  # shuffle_partitions requested: auto; max_cores: 3\n  # shuffle partitions = 6, advised 6:" in text
     assert "  #   2 tasks per core x 3 cores = 6\n" in text
-    assert "per partition = 2,547,602,820 B / 6 = 424,600,470 B" in text
+    assert "per partition = 2,586,202,820 B / 6 = 431,033,803 B" in text
     # The job's own estimate gives the same advice from settings.yaml.
     report = run_command(project, "estimate").stdout
     assert "  shuffle partitions = 6, advised 6:\n    2 tasks per core x 3 cores = 6\n" in report
@@ -355,14 +361,14 @@ def test_a_rate_that_needs_more_cores_than_max_cores_is_baked_with_a_loud_warnin
 
 
 def test_partitions_are_raised_for_a_large_state(out):
-    # RocksDB's disk with growth: 3,660,000,000 rows x 100 B x 0.22, and 1.5 flushes of a 10 s batch's
+    # RocksDB's disk with growth: 3,670,000,000 rows x 100 B x 0.22, and 1.5 flushes of a 10 s batch's
     # 20,000,000 changed rows x 100 B x 0.35 (+ instances), is 76 GiB, x 2 growth = 152 GiB; within
-    # 8 GiB per partition that is 19 partitions, rounded up to a multiple of 4 cores.
+    # 8 GiB per partition that is 20 partitions, a multiple of 4 cores.
     project = bake(out, **LARGE_STATE, max_cores="4", state_growth_factor="2")
     settings = settings_of(project)
     assert (settings["spark"]["shuffle_partitions"], settings["state_store"]["provider"]) == (20, "rocksdb")
     assert (
-        "raised to 20: 151.9 GiB of local disk with growth needs 19 partitions"
+        "raised to 20: 152.3 GiB of local disk with growth needs 20 partitions"
         in (project / "settings.yaml").read_text()
     )
 
@@ -372,7 +378,7 @@ def test_partitions_are_raised_for_a_large_state(out):
     [
         ({"max_cores": "8", "shuffle_partitions": "200"}, "every batch runs 25 waves of state-store tasks"),
         ({"max_cores": "8", "shuffle_partitions": "4"}, "the stateful stage can never use more than 4 of them"),
-        ({**LARGE_STATE, "shuffle_partitions": "2"}, "holds 38.0 GiB of local disk with growth, beyond 8.0 GiB"),
+        ({**LARGE_STATE, "shuffle_partitions": "2"}, "holds 38.1 GiB of local disk with growth, beyond 8.0 GiB"),
     ],
     ids=["too-many", "too-few", "too-large"],
 )
@@ -431,7 +437,7 @@ def test_cli_bake_from_a_relative_template_path(out):
     cli = Path(sys.executable).parent / "cookiecutter"
     result = subprocess.run([str(cli), "--no-input", "-o", str(out), "."], cwd=TEMPLATE, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert "recommendation = hdfs" in result.stdout
+    assert "recommendation = rocksdb" in result.stdout
     assert (out / "stream-job" / "settings.yaml").is_file()
     bad = subprocess.run(
         [str(cli), "--no-input", "-o", str(out / "bad"), ".", "watermark=soon"],
@@ -460,7 +466,7 @@ def test_the_generated_ci_workflow_runs_the_projects_own_gates(out, answers):
         if run.startswith("make "):
             assert f"\n{run.split()[1]}:" in makefile, run
     # The sizing check is a real command of the project: it passes as baked, and fails (exit 2)
-    # once the capacity figures outgrow the HDFS-backed store the bake chose.
+    # once the capacity figures outgrow an HDFS-backed store.
     sizing = next(run for run in runs if "estimate --check" in run)
     package = recorded_answers(project)["package_name"]
     arguments = sizing.split("python ", 1)[1].split()
@@ -475,7 +481,12 @@ def test_the_generated_ci_workflow_runs_the_projects_own_gates(out, answers):
             cwd=project,
             capture_output=True,
             text=True,
-            env={**os.environ, env_name: "1e7"},
+            env={
+                **os.environ,
+                env_name: "1e7",
+                f"{package.upper()}_STATE_STORE__PROVIDER": "hdfs",
+                f"{package.upper()}_STATE_STORE__CHANGELOG_CHECKPOINTING": "false",
+            },
         )
         assert outgrown.returncode == 2
         assert "sizing check failed: state_store.provider is hdfs but the sizing of settings.yaml needs rocksdb" in (

@@ -82,14 +82,14 @@ def test_an_accepted_rebake_with_f_s_keeps_every_existing_file(out, capfd):
     project = edited_project(out)
     before = digest(project)
     capfd.readouterr()
-    bake(out, overwrite=True, skip_existing=True, platform="databricks", state_store_provider="rocksdb")
+    bake(out, overwrite=True, skip_existing=True, platform="databricks", state_store_provider="hdfs")
     after = digest(project)
     # Only the file the new answers add appears; every existing one, the user's edits included, is kept.
     assert {name: after[name] for name in before} == before
     assert set(after) - set(before) == {"databricks.yml"}
-    assert loaded_settings(project)["state_store"]["provider"] == "hdfs"
+    assert loaded_settings(project)["state_store"]["provider"] == "rocksdb"
     printed = capfd.readouterr()
-    assert "NOTE: settings.yaml was kept as it was (cookiecutter -s) and says provider hdfs, not rocksdb" in printed.err
+    assert "NOTE: settings.yaml was kept as it was (cookiecutter -s) and says provider rocksdb, not hdfs" in printed.err
 
 
 def test_an_optional_file_is_never_written_for_a_project_that_does_not_use_it(out):

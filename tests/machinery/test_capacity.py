@@ -30,8 +30,9 @@ def heap(rows: int, payload: int, operator: str, partitions: int) -> int:
 def test_worked_example():
     # The seed rule, the headline: 10 minutes x 10,000 rows/s = 6,000,000 rows. Deduplication keeps
     # (2 x 600 s + one 10 s batch) x 10,000 rows/s = 12,100,000 rows; x 64 B = 774,400,000 B of
-    # payload; the HDFS heap adds the store's overhead per row and per instance; / 200 partitions.
-    sizing = estimate(10_000, "10 minutes", 64, 200, operator="deduplication")
+    # payload; the HDFS heap adds the store's overhead per row and per instance; / 200 partitions, on
+    # 50 executors of 4 partitions each (on one, its heap would call for rocksdb: see below).
+    sizing = estimate(10_000, "10 minutes", 64, 200, operator="deduplication", executors=50)
     assert (sizing.headline_rows, sizing.rows) == (6_000_000, 12_100_000)
     assert sizing.payload_bytes == 774_400_000
     assert sizing.total_bytes == heap(12_100_000, 64, "deduplication", 200)
@@ -58,10 +59,10 @@ def test_rocksdb_disk_counts_the_batch_flushes_not_merged_yet():
     # many deleted.
     join = estimate(1_000, "1 minute", 64, 8, operator="stream_stream_join", trigger="10 seconds")
     assert join.rows_changed_per_batch == 40_000
-    # A batch changes at most every row: 100 known keys in 2 open windows are 200 rows, though a
-    # 10 s batch brings 100,000 events.
+    # A batch changes at most every row: 100 known keys in (60 + 10 + 60) / 60 open windows are 217
+    # rows, though a 10 s batch brings 100,000 events.
     known = estimate(10_000, "1 minute", 64, 8, key_cardinality=100, trigger="10 seconds")
-    assert (known.rows, known.rows_changed_per_batch) == (200, 400)
+    assert (known.rows, known.rows_changed_per_batch) == (217, 434)
     # available_now's batch is the backlog, unknown: the default trigger's 10 s batch stands in.
     backlog = estimate(1_000, "1 minute", 64, 8, operator="deduplication", trigger="available_now")
     assert backlog.rows_changed_per_batch == 2 * 10 * 1_000
@@ -74,18 +75,22 @@ def test_rocksdb_disk_counts_the_batch_flushes_not_merged_yet():
 
 
 def test_windowed_aggregation_counts_open_windows_times_keys():
-    # 10-minute watermark, 1-minute windows: 10 + 1 = 11 open windows. Keys unknown: every event of
-    # a window may be a new key, 10,000 x 60 = 600,000 per window -> 6,600,000 rows; x 64 / 200.
+    # 10-minute watermark, a 10 s batch, 1-minute windows: window ends fall every minute over
+    # 600 + 10 + 60 s, 11.17 open windows on average. Keys unknown: every event of a window may be
+    # a new key, 10,000 x 60 = 600,000 per window -> 6,700,000 rows; x 64 / 200.
     sizing = estimate(10_000, "10 minutes", 64, 200, operator="windowed_aggregation")
-    assert (sizing.headline_rows, sizing.rows) == (6_000_000, 6_600_000)
-    assert sizing.bytes_per_partition == heap(6_600_000, 64, "windowed_aggregation", 200) // 200
-    # 1,000 known keys and 5-minute windows: 2 + 1 = 3 open windows x 1,000 keys = 3,000 rows.
+    assert (sizing.headline_rows, sizing.rows) == (6_000_000, 6_700_000)
+    assert sizing.bytes_per_partition == heap(6_700_000, 64, "windowed_aggregation", 200) // 200
+    # 1,000 known keys and 5-minute windows: (600 + 10 + 300) / 300 = 3.03 open windows x 1,000 keys.
     known = estimate(10_000, "10 minutes", 64, 200, key_cardinality=1_000, window="5 minutes")
-    assert (known.rows, known.payload_bytes) == (3_000, 192_000)
-    # A watermark that is not a whole number of windows rounds up: 90 s / 60 s -> 2, + 1 = 3 windows;
-    # keys are capped by the events of one window: min(100, 2 x 60 = 120) = 100.
-    assert estimate(2, "90 seconds", 10, 1, key_cardinality=100, window="1 minute").rows == 300
-    assert estimate(1, "90 seconds", 10, 1, key_cardinality=100, window="1 minute").rows == 180  # 3 x 60
+    assert (known.rows, known.payload_bytes) == (3_033, 194_112)
+    # (90 + 10 + 60) / 60 = 2.67 open windows; keys are capped by the events of one window:
+    # min(100, 2 x 60 = 120) = 100.
+    assert estimate(2, "90 seconds", 10, 1, key_cardinality=100, window="1 minute").rows == 267
+    assert estimate(1, "90 seconds", 10, 1, key_cardinality=100, window="1 minute").rows == 160  # x 60
+    # A sliding window: an event falls in window / slide windows, and window ends fall every slide.
+    sliding = estimate(10, "1 minute", 10, 1, key_cardinality=300, window="1 minute", slide="20 seconds")
+    assert sliding.rows == round((60 + 10 + 60) / 20 * 300)
 
 
 def test_join_counts_both_sides():
@@ -138,14 +143,15 @@ def test_rocksdb_sized_case():
 
 
 def test_growth_factor_can_cross_the_threshold():
-    # The heap per partition x the growth factor crosses 1 GiB at the factor of the threshold over it.
+    # The heap per partition x the growth factor crosses 1 GiB at the factor of the threshold over it
+    # (on an executor per partition, so that the executor's heap does not decide first).
     per_partition = heap(12_100_000, 64, "deduplication", 200) // 200
     crossing = math.ceil(GIB / per_partition)
-    sizing = estimate(10_000, "10 minutes", 64, 200, growth_factor=crossing, operator="deduplication")
+    sizing = estimate(10_000, "10 minutes", 64, 200, growth_factor=crossing, operator="deduplication", executors=200)
     assert sizing.bytes_per_partition == per_partition
     assert sizing.projected_bytes_per_partition == round(per_partition * crossing) >= GIB
     assert sizing.recommended_provider == "rocksdb"
-    below = estimate(10_000, "10 minutes", 64, 200, growth_factor=crossing - 1, operator="deduplication")
+    below = estimate(10_000, "10 minutes", 64, 200, growth_factor=crossing - 1, operator="deduplication", executors=200)
     assert below.recommended_provider == "hdfs"
 
 
@@ -240,8 +246,27 @@ def test_decide_honours_an_explicit_choice_with_a_warning():
     assert "WARNING: you chose hdfs but the sizing recommends rocksdb" in decision.notes[0]
 
 
+def test_one_executor_holding_every_partition_gets_rocksdb_for_a_heap_past_the_ceiling():
+    # The same state on 200 partitions: below 1 GiB each, but a local run's driver (one executor) holds
+    # them all: 2.4 GiB of state needs 300 MiB + 2.4 GiB / 40% = 6.3 GiB of heap, past the 4 GiB ceiling.
+    local = estimate(10_000, "10 minutes", 64, 200)
+    assert local.projected_bytes_per_partition < GIB
+    assert (local.executor_partitions, local.recommended_provider) == (200, "rocksdb")
+    assert local.executor_heap_bytes == 300 * 2**20 + math.ceil(local.executor_state_bytes / 0.4)
+    assert "but one executor holds 200 of them: 6.3 GiB of heap, above the 4.0 GiB" in report(local)
+    assert decide("auto", True, local).heap == "1g"
+    # On 50 executors each holds 4 partitions, 49 MiB of state: hdfs, and a heap of 1g is enough.
+    cluster = estimate(10_000, "10 minutes", 64, 200, executors=50)
+    assert (cluster.executor_partitions, cluster.recommended_provider) == (4, "hdfs")
+    assert decide("auto", False, cluster).heap == "1g"
+    # A state that needs more than Spark's default heap, within the ceiling: hdfs with that heap.
+    middle = estimate(10_000, "2 minutes", 64, 4, key_cardinality=500_000)
+    assert middle.recommended_provider == "hdfs" and middle.executor_heap_bytes > GIB
+    assert decide("auto", False, middle).heap == f"{math.ceil(middle.executor_heap_bytes / GIB)}g"
+
+
 def test_decide_turns_changelog_off_for_hdfs_with_a_note():
-    decision = decide("auto", True, estimate(10_000, "10 minutes", 64, 200))
+    decision = decide("auto", True, estimate(10_000, "10 minutes", 64, 200, executors=50))
     assert (decision.provider, decision.changelog_checkpointing) == ("hdfs", False)
     assert "changelog checkpointing is written as off" in decision.notes[0]
 
@@ -260,12 +285,12 @@ def test_custom_state_always_gets_rocksdb():
 
 
 def test_report_spells_out_every_step():
-    text = report(estimate(10_000, "10 minutes", 64, 200))
+    text = report(estimate(10_000, "10 minutes", 64, 200, executors=50))
     assert "headline       = watermark 10 minutes (600 s) x 10,000 rows/s = 6,000,000 rows" in text
-    assert "state rows     = 11 open windows" in text
-    assert "= 6,600,000 rows" in text
-    assert "payload        = 6,600,000 rows x 64 B = 422,400,000 B" in text
-    total = heap(6_600_000, 64, "windowed_aggregation", 200)
+    assert "state rows     = 11.17 open windows" in text
+    assert "= 6,700,000 rows" in text
+    assert "payload        = 6,700,000 rows x 64 B = 428,800,000 B" in text
+    total = heap(6_700_000, 64, "windowed_aggregation", 200)
     assert f" = {total:,} B (" in text and f" = {total // 200:,} B (" in text
     assert "recommendation = hdfs" in text
     assert "cannot be switched later" not in text  # far below the threshold: no growth warning
@@ -277,7 +302,7 @@ def test_report_spells_out_every_step():
     [
         (
             "windowed_aggregation",
-            "rows = open windows x keys per window",
+            "rows = open windows ((watermark + one batch + window) / slide) x keys per window",
             "window 1 minute (query.window); key_cardinality unknown",
         ),
         ("deduplication", "rows = (2 x watermark + one batch) x rate", "trigger 10 seconds (query.trigger)"),
@@ -303,7 +328,8 @@ def test_each_operator_names_its_formula_and_asks_for_its_inputs(operator, formu
 def test_unknown_operator_and_inputs_are_refused():
     with pytest.raises(
         ValueError,
-        match="operator must be one of windowed_aggregation, deduplication, stream_stream_join, custom_state, got 'join'",
+        match="operator must be one of windowed_aggregation, deduplication, stream_stream_join, custom_state, session_window,"
+        " aggregation, drop_duplicates, pandas_state, limit, got 'join'",
     ):
         estimate(1, "1 minute", 1, 1, operator="join")
     with pytest.raises(ValueError, match="window 'soon' is not an interval Spark can parse"):
@@ -317,7 +343,7 @@ def test_unknown_operator_and_inputs_are_refused():
 def test_report_warns_near_the_threshold():
     # 6 open windows x 30,000,000 keys = 180,000,000 rows of 100 B and the heap's overhead, over 100
     # partitions: within 4x of 1 GiB, so hdfs, but growth would cross it.
-    sizing = estimate(500_000, "5 minutes", 100, 100)
+    sizing = estimate(500_000, "5 minutes", 100, 100, executors=100)
     assert GIB / 4 <= sizing.projected_bytes_per_partition < GIB
     text = report(sizing)
     assert "recommendation = hdfs" in text
@@ -337,19 +363,24 @@ def test_estimate_command_json():
         "200",
         "--operator",
         "windowed_aggregation",
+        "--executors",
+        "50",
         "--json",
     )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    total = heap(6_600_000, 64, "windowed_aggregation", 200)
+    total = heap(6_700_000, 64, "windowed_aggregation", 200)
     assert (data["rows"], data["payload_bytes"], data["total_bytes"], data["bytes_per_partition"]) == (
-        6_600_000,
-        422_400_000,
+        6_700_000,
+        428_800_000,
         total,
         total // 200,
     )
     assert data["recommended_provider"] == "hdfs"
-    assert (data["headline_rows"], data["shape"]) == (6_000_000, {"window": "1 minute", "key_cardinality": None})
+    assert (data["headline_rows"], data["shape"]) == (
+        6_000_000,
+        {"window": "1 minute", "key_cardinality": None, "slide": None, "trigger": "10 seconds"},
+    )
 
 
 def test_estimate_command_takes_the_operator():

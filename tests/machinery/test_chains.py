@@ -489,8 +489,14 @@ def test_a_second_watermark_after_a_stateful_operator_is_refused_before_the_firs
 
 UNSIZED = '''
 def stateful_query(events, query, join_events=None):
-    """Each event_id once, ever: dropDuplicates without a watermark, an operator the estimate has no rule for."""
-    return events.dropDuplicates(["event_id"])
+    """Sessions whose gap each event computes: a state the estimate has no length to size by."""
+    gap = F.when(F.col("key") == "key-0", "1 minute").otherwise("2 minutes")
+    return (
+        events.withWatermark("event_time", query.watermark)
+        .groupBy(F.session_window("event_time", gap).alias("session"), "key")
+        .agg(F.count(F.lit(1)).alias("events"))
+        .select(F.col("session.start").alias("session_start"), "key", "events")
+    )
 '''
 STATELESS = '''
 def stateful_query(events, query, join_events=None):
@@ -508,17 +514,25 @@ def test_a_query_the_estimate_cannot_size_runs_and_says_so(tmp_path, code, said)
     with edited_query(replaced(code)):
         run = run_main("--settings", str(path))
         assert run.returncode == 0, run.stderr[-3000:]
-        assert committed_batches(tmp_path / "checkpoint") == [0, 1]
+        # Two files, a batch each; sessions add a batch that moves the watermark past them.
+        assert committed_batches(tmp_path / "checkpoint")[:2] == [0, 1]
         estimate = run_cli("estimate", "--settings", str(path))
+        check = run_cli("estimate", "--check", "--settings", str(path))
     assert estimate.returncode == 0, estimate.stderr[-3000:]
     if said == "unsized":
         line = (
-            "operator 0, Deduplicate (Spark's dedupe), has no sizing rule here: the guard and inspect cover it,"
-            " the estimate and the watchdog leave its state out"
+            "operator 0, session window of a computed gap (Spark's sessionWindowStateStoreSaveExec), has no sizing"
+            " rule here: the guard and inspect cover it, the estimate and the watchdog leave its state out"
         )
         assert f"query: {line}" in run.stdout
         assert f"estimate: {line}" in estimate.stderr
-        assert estimate.stdout == "estimate: the query's plan holds no stateful operator to size (Deduplicate)\n"
+        assert estimate.stdout == (
+            "estimate: the query's plan holds no stateful operator to size (session window of a computed gap)\n"
+        )
+        assert check.returncode == 2, check.stderr
+        assert (
+            "sizing check failed: the estimate leaves out the state of session window of a computed gap" in check.stderr
+        )
     else:
         assert (
             estimate.stdout == "estimate: the query's plan holds no stateful operator to size (no stateful operator)\n"

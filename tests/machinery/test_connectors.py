@@ -57,6 +57,10 @@ def test_coordinates_follow_the_installed_spark(make_settings):
     assert coordinates(make_settings(newer)) == [f"io.delta:delta-spark_{SPARK_MINOR}_2.13:4.5.0"]
 
 
+# The driver's heap as the bake wrote it, for a JVM this process starts.
+HEAP = {"spark.driver.memory": "1g"}
+
+
 @pytest.mark.delta_spark
 def test_delta_spark_session_confs(make_settings):
     settings = make_settings(DELTA_SPARK | {"spark": {"conf": {"spark.sql.extensions": "com.example.Ext"}}})
@@ -66,6 +70,7 @@ def test_delta_spark_session_confs(make_settings):
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.jars.packages": DELTA,
         **IVY_SETTINGS,
+        **HEAP,
     }
     # Under spark-submit the JVM is up already: its --packages decide, nothing is fetched here.
     assert "spark.jars.packages" not in static_confs(settings, submitted=True)
@@ -73,12 +78,18 @@ def test_delta_spark_session_confs(make_settings):
 
 def test_fetching_can_be_turned_off_and_merges_with_own_packages(make_settings):
     off = make_settings(KAFKA_SOURCE | {"spark": {"fetch_packages": False}})
-    assert static_confs(off, submitted=False) == {}
+    assert static_confs(off, submitted=False) == HEAP
     own = make_settings(KAFKA_SOURCE | {"spark": {"conf": {"spark.jars.packages": "com.example:lib:1.0"}}})
-    assert static_confs(own, submitted=False) == {"spark.jars.packages": f"com.example:lib:1.0,{KAFKA}", **IVY_SETTINGS}
+    assert static_confs(own, submitted=False) == {
+        "spark.jars.packages": f"com.example:lib:1.0,{KAFKA}",
+        **IVY_SETTINGS,
+        **HEAP,
+    }
     # A resolver of the user's own in spark.conf is kept.
     mirror = make_settings(KAFKA_SOURCE | {"spark": {"conf": {"spark.jars.ivySettings": "/etc/ivy.xml"}}})
-    assert static_confs(mirror, submitted=False) == {"spark.jars.packages": KAFKA}
+    assert static_confs(mirror, submitted=False) == {"spark.jars.packages": KAFKA, **HEAP}
+    # Under spark-submit its --driver-memory decides (make submit passes spark.driver_memory).
+    assert "spark.driver.memory" not in static_confs(mirror, submitted=True)
 
 
 def test_kafka_follows_the_minor_and_delta_spark_is_refused_where_delta_has_no_build(make_settings):

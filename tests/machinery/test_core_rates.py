@@ -112,13 +112,14 @@ def test_estimate_gives_the_cores_in_its_report_and_json():
 def test_estimate_check_warns_loudly_when_max_cores_is_too_few(write_settings):
     # 10 keys: a state the HDFS-backed store holds, so that the cores are the one thing to say.
     capacity = {"input_rows_per_second": 10 * AGGREGATION_HDFS, "key_cardinality": 10}
-    path = write_settings({"capacity": {**capacity, "max_cores": 2}})
+    hdfs = {"provider": "hdfs", "changelog_checkpointing": False}
+    path = write_settings({"capacity": {**capacity, "max_cores": 2}, "state_store": hdfs})
     result = run_cli("estimate", "--settings", str(path), "--check")
     assert result.returncode == 0, result.stderr
     assert "!" * 78 in result.stderr
     assert "sizing check WARNING: the answered rate needs 15 cores" in result.stderr
     assert "more than max_cores 2" in result.stderr and "(capacity.max_cores)." in result.stderr
-    enough = write_settings({"capacity": {**capacity, "max_cores": 15}})
+    enough = write_settings({"capacity": {**capacity, "max_cores": 15}, "state_store": hdfs})
     assert "sizing check WARNING" not in run_cli("estimate", "--settings", str(enough), "--check").stderr
 
 

@@ -76,7 +76,7 @@ def test_the_rate_sources_offsets_are_not_read_by_the_micro_batch_rate_source(wr
         "sink": {"type": "parquet", "path": str(tmp_path / "output")},
         "query": {"checkpoint_location": str(tmp_path / "checkpoint"), "trigger": "1 second"},
         "spark": {"shuffle_partitions": 2, "master": "local[2]"},
-        "state_store": {"provider": ANY_PROVIDER},
+        "state_store": {"provider": ANY_PROVIDER, "changelog_checkpointing": False},
     }
     path = write_settings(changes)
     ran = run_main("--settings", str(path), "--max-batches", "1")

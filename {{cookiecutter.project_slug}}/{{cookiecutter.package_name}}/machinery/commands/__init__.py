@@ -26,6 +26,7 @@ from ..core.text import first_line
 from ..job.connectors import ConnectorError
 from ..job.endpoints.sinks import MissingPackageError
 from ..job.endpoints.sources import KafkaSourceError
+from ..job.heap import OutOfMemory
 from ..job.java import JavaError
 from ..job.query_plan import QueryRefused
 from ..job.schema_evolution import StateSchemaRefused
@@ -34,7 +35,7 @@ from ..operations.inspection import InspectError
 from ..operations.repartition import RepartitionRefused
 from ..operations.savepoint import SavepointMismatch, SavepointRefused
 from . import bench, checkpoint, config, data, estimate, kafka, package, repartition, run, savepoint
-from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_MISSING_DEPENDENCY
+from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_MISSING_DEPENDENCY, EXIT_QUERY_FAILED
 
 # In the order `--help` lists their commands.
 COMMAND_MODULES = (run, estimate, package, checkpoint, repartition, savepoint, bench, config, data, kafka)
@@ -58,6 +59,7 @@ REFUSALS: dict[type[Exception], tuple[str, int]] = {
     OutputColumnsChanged: ("output error", EXIT_CHECKPOINT_DRIFT),
     ContractError: ("query error", EXIT_BAD_INPUT),
     QueryCodeError: ("query error", EXIT_BAD_INPUT),
+    OutOfMemory: ("out of memory", EXIT_QUERY_FAILED),
 }
 
 __all__ = ["main", "parser"]

@@ -82,7 +82,7 @@ def register_sustain(commands: argparse._SubParsersAction) -> None:
     sustain.add_argument(
         "--driver-memory",
         default="4g",
-        help="heap of the tries' JVM (local mode runs the tasks in it), unless spark.conf sets spark.driver.memory:"
+        help="heap of the tries' JVM (local mode runs the tasks in it), in place of spark.driver_memory:"
         " enough that the search measures the cores, not the heap, which estimate sizes (default: %(default)s)",
     )
     sustain.add_argument(
@@ -112,7 +112,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_sustain(args: argparse.Namespace) -> int:
     from ..core.durations import named_duration
     from ..core.plan_operators import chain, flow_order
-    from ..core.sizing.cluster_sizing import parse_memory
+    from ..core.sizing.memory import parse_memory
     from ..operations.bench import BenchError, BenchRunFailed
     from ..operations.sustained_rate import sustained, write_results
 
@@ -136,7 +136,7 @@ def cmd_sustain(args: argparse.Namespace) -> int:
         print(f"sustain error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     spark_conf = {key: str(value) for key, value in settings.spark.conf.items()}
-    spark_conf.setdefault("spark.driver.memory", args.driver_memory)
+    spark_conf["spark.driver.memory"] = args.driver_memory
     plan = checked_plan(settings)
     args.out.mkdir(parents=True, exist_ok=True)
     results = []

@@ -17,9 +17,9 @@ from ..core.sizing.cluster_sizing import (
     DEFAULT_EXECUTOR_MEMORY,
     ClusterSizing,
     cluster_report,
-    parse_memory,
     size_cluster,
 )
+from ..core.sizing.memory import parse_memory
 from ..core.sizing.partitions import PartitionAdvice
 from ..job.query_plan import checked_plan
 from .arguments import EXIT_BAD_INPUT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
@@ -138,6 +138,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             return EXIT_QUERY_FAILED
         overrides.update(measured_on=calibration.provider, measured_bytes_per_row=calibration.bytes_per_row)
     overrides["bytes_per_row_source"] = _bytes_source(args, calibration)
+    if args.executors is not None:  # the state spreads over them: the heap each needs follows
+        overrides["executors"] = args.executors
     # The settings file is read once: here if the inputs above did not need it.
     if settings is None and (args.check or args.executors is not None or args.executor_memory is not None):
         settings = load_settings(args.settings)
@@ -148,8 +150,17 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     # The operators of the query's plan, unless --operator asks about one operator alone.
     plan = None if settings is None or args.operator is not None else checked_plan(settings)
-    for operator in [operator for operator in plan or [] if not operator.known]:
-        print(f"estimate: {unsized(operator)}", file=sys.stderr)
+    left_out = [operator for operator in plan or [] if not operator.known]
+    for operator in left_out:
+        print(f"{'!' * 78}\nestimate: {unsized(operator)}\n{'!' * 78}", file=sys.stderr)
+    if args.check and left_out:
+        print(
+            f"sizing check failed: the estimate leaves out the state of {chain([o.kind for o in left_out])}, so it"
+            " cannot vouch for the provider or the partitions; size that state yourself (Spark's numRowsTotal in a"
+            " test run, `inspect`), then choose state_store.provider by it",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     if plan is not None and not any(operator.known for operator in plan):
         print(f"estimate: the query's plan holds no stateful operator to size ({chain([o.kind for o in plan])})")
         return 0

@@ -45,6 +45,7 @@ MAX_REPAIR_REPLAY_DEFAULT = 500
 MANAGED_CONFS = {
     "spark.master": "spark.master",
     "spark.app.name": "spark.app_name",
+    "spark.driver.memory": "spark.driver_memory",
     PARTITIONS_CONF: "spark.shuffle_partitions",
     PROVIDER_CONF: "state_store.provider",
     CHANGELOG_CONF: "state_store.changelog_checkpointing",

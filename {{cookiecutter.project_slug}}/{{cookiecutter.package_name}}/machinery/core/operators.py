@@ -10,7 +10,6 @@ Standard library only: the template sizes the state through this module at gener
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,12 +21,22 @@ Rows = tuple[int, str]
 
 
 def _aggregation_rows(
-    rate: float, watermark_s: float, window: str, key_cardinality: int | None, upstream_window: str | None = None
+    rate: float,
+    watermark_s: float,
+    window: str,
+    key_cardinality: int | None,
+    slide: str | None = None,
+    trigger: str = "10 seconds",
+    upstream_window: str | None = None,
 ) -> Rows:
-    # A window's state lives until the watermark passes its end: the window holding the newest
-    # event plus those ending within the watermark delay before it.
+    # A window's state lives until the watermark passes its end: the windows that hold the newest
+    # event and those ending within the watermark delay (and the batch it lags) before it. Windows
+    # start every slide (a tumbling window slides by its length), so on average their ends fall
+    # every slide over watermark + one batch + window.
     window_s = named_duration("window", window)
-    open_windows = math.ceil(watermark_s / window_s) + 1
+    slide_s = window_s if slide is None else named_duration("slide", slide)
+    batch_s = batch_seconds(trigger)
+    open_windows = (watermark_s + batch_s + window_s) / slide_s
     events_per_window = round(rate * window_s)
     if key_cardinality is None:
         keys, why = events_per_window, "key cardinality unknown: every event a new key, rate x window"
@@ -44,11 +53,130 @@ def _aggregation_rows(
             f"fed by {upstream_window} windows, a window of {window} is open {share:.2f} of the time"
             f" x {num(keys)} keys per window ({why}) = {num(rows)} rows"
         )
-    rows = open_windows * keys
+    rows = round(open_windows * keys)
+    slides = f"slide {slide}" if slide else f"window {window} (tumbling)"
     return rows, (
-        f"{open_windows} open windows (watermark / window {window}, rounded up, + 1)"
-        f" x {num(keys)} keys per window ({why}) = {num(rows)} rows"
+        f"{open_windows:,.2f} open windows ((watermark {num(watermark_s)} s + one batch {num(batch_s)} s + window"
+        f" {window}) / {slides}) x {num(keys)} keys per window ({why}) = {num(rows)} rows"
     )
+
+
+def _keys(key_cardinality: int | None, events: float) -> tuple[int, str]:
+    """The distinct keys among `events` events: all of them when the key cardinality is unknown."""
+    if key_cardinality is None:
+        return round(events), "key cardinality unknown: every event a new key"
+    require_positive("key_cardinality", key_cardinality)
+    return min(int(key_cardinality), round(events)), f"min({num(key_cardinality)} keys, {num(events)} events)"
+
+
+def _kept_forever_rows(rate: float, key_cardinality: int | None, state_horizon: str, what: str) -> Rows:
+    # Nothing drops a row: the state holds every key it has seen, and has no steady state. Its size
+    # after the horizon stands in for the steady state.
+    horizon_s = named_duration("state_horizon", state_horizon)
+    keys, why = _keys(key_cardinality, rate * horizon_s)
+    return keys, (
+        f"no steady state: {what}, so the state only grows; after the horizon {state_horizon} (capacity.state_horizon)"
+        f" it holds every key seen, {num(rate)} rows/s x {num(horizon_s)} s ({why}) = {num(keys)} rows"
+    )
+
+
+def _plain_aggregation_rows(
+    rate: float, watermark_s: float, key_cardinality: int | None, state_horizon: str, evicts: bool = False
+) -> Rows:
+    # No window: one row per key. Without the event time among its keys nothing ever drops a row.
+    if evicts:  # grouped by the watermarked event time itself: a row goes once the watermark passes it
+        return _watermarked_key_rows(rate, watermark_s, key_cardinality)
+    return _kept_forever_rows(
+        rate, key_cardinality, state_horizon, "an aggregation without a window keeps a row per key"
+    )
+
+
+def _watermarked_key_rows(rate: float, watermark_s: float, key_cardinality: int | None, batch_s: float = 0.0) -> Rows:
+    keys, why = _keys(key_cardinality, rate * (watermark_s + batch_s))
+    return keys, (
+        f"a row per key until the watermark passes its event time: {num(rate)} rows/s x (watermark"
+        f" {num(watermark_s)} s + one batch {num(batch_s)} s) ({why}) = {num(keys)} rows"
+    )
+
+
+def _drop_duplicates_rows(
+    rate: float, watermark_s: float, key_cardinality: int | None, state_horizon: str, trigger: str, evicts: bool = False
+) -> Rows:
+    if evicts:  # the event time is one of the columns: an id goes once the watermark passes its time
+        return _watermarked_key_rows(rate, watermark_s, key_cardinality, batch_seconds(trigger))
+    return _kept_forever_rows(
+        rate,
+        key_cardinality,
+        state_horizon,
+        "dropDuplicates without the watermarked event time among its columns keeps every id",
+    )
+
+
+def _session_rows(
+    rate: float, watermark_s: float, gap: str, key_cardinality: int | None, trigger: str, **_: object
+) -> Rows:
+    # A session ends a gap after its last event and is kept until the watermark passes that end. A
+    # key whose events come closer than the gap keeps one session open; otherwise each event opens
+    # its own session, kept for gap + watermark + one batch.
+    gap_s = named_duration("gap", gap)
+    batch_s = batch_seconds(trigger)
+    lifetime = gap_s + watermark_s + batch_s
+    if key_cardinality is not None and key_cardinality <= rate * gap_s:
+        require_positive("key_cardinality", key_cardinality)
+        rows = int(key_cardinality)
+        return rows, (
+            f"{num(key_cardinality)} keys each seen within the gap {gap} ({num(rate)} rows/s x {num(gap_s)} s ="
+            f" {num(rate * gap_s)} events): one open session per key = {num(rows)} rows"
+        )
+    rows = round(rate * lifetime)
+    return rows, (
+        f"a key seen less often than the gap {gap} opens a session per event, each kept for gap {num(gap_s)} s"
+        f" + watermark {num(watermark_s)} s + one batch {num(batch_s)} s: {num(rate)} rows/s x {num(lifetime)} s"
+        f" = {num(rows)} rows"
+    )
+
+
+def _pandas_state_rows(
+    rate: float,
+    watermark_s: float,
+    timeout: str,
+    state_timeout: str | None,
+    key_cardinality: int | None,
+    state_horizon: str,
+    trigger: str,
+) -> Rows:
+    # Spark drops a key's row only when the function calls state.remove(); a timeout only calls the
+    # function for a quiet key. Sized as the usual function is written: it removes the state of a
+    # key that timed out, so a key stays for the timeout after its last event (and the watermark for
+    # an event-time timeout), and one batch more since timeouts are seen between batches.
+    if timeout == "none" or state_timeout is None:
+        why = (
+            "applyInPandasWithState without a timeout keeps a key until the function removes it"
+            if timeout == "none"
+            else f"its {timeout.replace('_', ' ')} timeout is not known to the estimate (set capacity.state_timeout)"
+        )
+        return _kept_forever_rows(rate, key_cardinality, state_horizon, why)
+    timeout_s = named_duration("state_timeout", state_timeout)
+    delay_s = watermark_s if timeout == "event_time" else 0.0
+    batch_s = batch_seconds(trigger)
+    keys, why = _keys(key_cardinality, rate * (timeout_s + delay_s + batch_s))
+    return keys, (
+        f"keys seen within the {timeout.replace('_', ' ')} timeout {num(timeout_s)} s + watermark {num(delay_s)} s"
+        f" + one batch {num(batch_s)} s at {num(rate)} rows/s ({why}) = {num(keys)} rows, each removed by the function"
+        " when it times out"
+    )
+
+
+def _limit_rows(rate: float, watermark_s: float) -> Rows:
+    return 1, "one row, the count of rows emitted so far, in partition 0 = 1 row"
+
+
+def _evicts(evicts: bool = True, **_: object) -> bool:
+    return evicts
+
+
+def _pandas_evicts(timeout: str = "none", state_timeout: str | None = None, **_: object) -> bool:
+    return timeout != "none" and state_timeout is not None
 
 
 def _no_delay(**_inputs: object) -> float:
@@ -169,6 +297,13 @@ class Operator:
     # bench: the state holds one row per key from the first batch on (True), or every event until
     # the watermark passes it, growing batch by batch (False).
     state_per_key: bool = True
+    # Whether its state drops rows (by the watermark or a timeout), from its sizing inputs: a state
+    # that never does has no steady state, and the sizing chooses RocksDB for it.
+    evicts: Callable[..., bool] = lambda **_: True
+    # The measured operator whose store costs (sizing/store_costs.py) and rows per core
+    # (sizing/core_rates.py) stand in for this one's, until they are measured: its state rows are
+    # counted by its own rule, and the report names the stand-in.
+    costs_like: str | None = None
 
 
 OPERATORS: dict[str, Operator] = {
@@ -180,10 +315,10 @@ OPERATORS: dict[str, Operator] = {
             output_rate=_rows_per_window,
             formula=(
                 "one row per (key, window) until the watermark passes the window's end:"
-                " rows = open windows x keys per window"
+                " rows = open windows ((watermark + one batch + window) / slide) x keys per window"
             ),
             rows=_aggregation_rows,
-            sizing_inputs=("window", "key_cardinality"),
+            sizing_inputs=("window", "key_cardinality", "slide", "trigger"),
             beyond_headline=(
                 "a window is kept until the watermark passes its end, so up to one window more than"
                 " the watermark covers is open per key"
@@ -262,12 +397,93 @@ OPERATORS: dict[str, Operator] = {
             sample_run_length=10,
             sample_spans_lifetime=True,
         ),
+        Operator(
+            name="session_window",
+            costs_like="windowed_aggregation",
+            plan_node="Aggregate",
+            output_rate=_same_rate,
+            formula=(
+                "one row per session (key, session start) until the watermark passes the session's end:"
+                " rows = open sessions"
+            ),
+            rows=_session_rows,
+            sizing_inputs=("gap", "key_cardinality", "trigger"),
+            beyond_headline="a session is kept for its gap after its last event, on top of the watermark",
+            spark_name="sessionWindowStateStoreSaveExec",
+            held_until="a session stays until the watermark passes its end (its last event plus the gap); then it is emitted and dropped",
+            append_only=True,
+        ),
+        Operator(
+            name="aggregation",
+            costs_like="windowed_aggregation",
+            plan_node="Aggregate",
+            output_rate=_same_rate,
+            formula="one row per key, never dropped (no window): rows = the keys seen",
+            rows=_plain_aggregation_rows,
+            sizing_inputs=("key_cardinality", "state_horizon", "evicts"),
+            beyond_headline="nothing drops a key's row: the state holds every key it has seen",
+            spark_name="stateStoreSave",
+            held_until="a key's row stays for as long as the query runs (no window drops it)",
+            evicts=_evicts,
+        ),
+        Operator(
+            name="drop_duplicates",
+            costs_like="deduplication",
+            plan_node="Deduplicate",
+            output_rate=_same_rate,
+            formula=(
+                "one row per distinct value of its columns; dropped once the watermark passes it only when the"
+                " watermarked event time is one of them: rows = the ids seen, or rate x (watermark + one batch)"
+            ),
+            rows=_drop_duplicates_rows,
+            sizing_inputs=("key_cardinality", "state_horizon", "trigger", "evicts"),
+            beyond_headline="an id is kept until the watermark passes it, or for as long as the query runs",
+            spark_name="dedupe",
+            held_until=(
+                "an id stays until the watermark passes its event time when the event time is one of the columns,"
+                " otherwise for as long as the query runs"
+            ),
+            append_only=True,
+            evicts=_evicts,
+            state_per_key=False,
+        ),
+        Operator(
+            name="pandas_state",
+            costs_like="custom_state",
+            plan_node="FlatMapGroupsInPandasWithState",
+            output_rate=_same_rate,
+            formula=(
+                "one row per key with state (applyInPandasWithState), until the function removes it;"
+                " rows = keys seen within the timeout"
+            ),
+            rows=_pandas_state_rows,
+            sizing_inputs=("timeout", "state_timeout", "key_cardinality", "state_horizon", "trigger"),
+            beyond_headline="a key is kept for its timeout after its last event, and a batch more",
+            spark_name="applyInPandasWithState",
+            held_until="a key's state stays until the function calls state.remove(); a timeout only calls the function",
+            evicts=_pandas_evicts,
+        ),
+        Operator(
+            name="limit",
+            costs_like="deduplication",
+            plan_node="GlobalLimit",
+            output_rate=_same_rate,
+            formula="one row holding the count of rows emitted so far: rows = 1",
+            rows=_limit_rows,
+            sizing_inputs=(),
+            beyond_headline=None,
+            spark_name="globalLimit",
+            held_until="one row, the count of rows emitted, for as long as the query runs",
+            append_only=True,
+        ),
     )
 }
 NAMES = tuple(OPERATORS)
 # The starters a project can be generated with: each one's stateful operators, in the order events
 # reach them (the bake sizes them; the job reads them from the query's plan).
-STARTERS: dict[str, tuple[str, ...]] = {name: (name,) for name in NAMES} | {
+STARTERS: dict[str, tuple[str, ...]] = {
+    name: (name,) for name in ("windowed_aggregation", "deduplication", "stream_stream_join", "custom_state")
+} | {
     "deduplicated_count": ("deduplication", "windowed_aggregation"),
 }
 
@@ -279,7 +495,16 @@ def operator(name: str) -> Operator:
     return OPERATORS[name]
 
 
-# The operator name Spark writes into the state metadata -> ours.
-BY_SPARK_NAME = {op.spark_name: op.name for op in OPERATORS.values()}
-# The analyzed plan's node -> ours.
-BY_PLAN_NODE = {op.plan_node: op.name for op in OPERATORS.values()}
+# The operator name Spark writes into the state metadata -> ours (stateStoreSave: a windowed
+# aggregation, the commoner of the two aggregations that share it).
+BY_SPARK_NAME = {op.spark_name: op.name for op in reversed(OPERATORS.values())}
+# transformWithState's Row API (transformWithState, not ...InPandas) runs under another name.
+BY_SPARK_NAME["transformWithStateInPySparkExec"] = "custom_state"
+# The analyzed plan's node -> ours, where the node alone says it (an Aggregate is one of three: the
+# plan reader tells them apart by their window).
+BY_PLAN_NODE = {op.plan_node: op.name for op in OPERATORS.values() if op.plan_node != "Aggregate"}
+
+
+def measured_as(name: str) -> str:
+    """The operator whose measured costs stand for `name`'s: its own when measured."""
+    return OPERATORS[name].costs_like or name

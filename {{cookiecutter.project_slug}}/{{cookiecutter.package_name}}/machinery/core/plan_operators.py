@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from .operators import OPERATORS
 
 # Stateful nodes of Spark's plan that no sizing rule here covers: found, guarded, listed, not sized.
+# Spark's Scala and Java API builds them; a PySpark query cannot.
 OTHER_STATEFUL = {
-    "Deduplicate": "dedupe",
     "FlatMapGroupsWithState": "flatMapGroupsWithState",
-    "FlatMapGroupsInPandasWithState": "applyInPandasWithState",
     "TransformWithState": "transformWithStateExec",
 }
 # How the state key record words each kind of operator's key.
@@ -22,6 +21,7 @@ KEY_WORDS = {
     "Deduplicate": "deduplication by",
     "DeduplicateWithinWatermark": "deduplication by",
     "Join": "join on",
+    "GlobalLimit": "limit of",
 }
 
 
@@ -45,6 +45,16 @@ class PlanOperator:
     upstream: int | None = None
     # An aggregation grouped by its window alone (no key column): one row per window.
     window_only: bool = False
+    # A sliding window's slide, a session window's gap ("5 minutes"), as the plan has them.
+    slide: str | None = None
+    gap: str | None = None
+    # applyInPandasWithState's timeout: none, processing_time or event_time.
+    timeout: str | None = None
+    # Whether Spark drops rows of its state by the watermark (dropDuplicates and an aggregation
+    # without a window do only when the watermarked event time is one of their keys).
+    evicts: bool = True
+    # The name Spark writes into the state metadata, where the plan says it (transformWithState's two APIs).
+    spark_operator_name: str | None = None
 
     @property
     def known(self) -> bool:
@@ -53,7 +63,22 @@ class PlanOperator:
     @property
     def spark_name(self) -> str:
         """The name Spark writes into the state metadata."""
+        if self.spark_operator_name:
+            return self.spark_operator_name
         return OPERATORS[self.kind].spark_name if self.known else OTHER_STATEFUL.get(self.kind, self.kind)
+
+    def sizing_inputs(self) -> dict[str, object]:
+        """What the plan says of its state's shape, as the estimate's inputs (capacity.estimate)."""
+        found: dict[str, object] = {
+            "watermark": self.watermark,
+            "window": self.window,
+            "slide": self.slide,
+            "gap": self.gap,
+            "join_range": self.join_range,
+            "timeout": self.timeout,
+            "key_cardinality": 1 if self.window_only else None,  # one row per window
+        }
+        return {name: value for name, value in found.items() if value is not None} | {"evicts": self.evicts}
 
     @property
     def key_line(self) -> str:
@@ -63,6 +88,9 @@ class PlanOperator:
 
     def describe(self) -> str:
         extra = [f"window {self.window}"] if self.window else []
+        extra += [f"slide {self.slide}"] if self.slide else []
+        extra += [f"gap {self.gap}"] if self.gap else []
+        extra += [f"{self.timeout.replace('_', ' ')} timeout"] if self.timeout else []
         extra += [f"range {self.join_range}"] if self.join_range else []
         extra += [f"watermark {self.watermark}"] if self.watermark else []
         return f"{self.kind} by {self.keys}" + (f" ({', '.join(extra)})" if extra else "")

@@ -92,12 +92,15 @@ def resolver_confs(settings: Settings) -> dict[str, str]:
 
 
 def submit_arguments(settings: Settings) -> list[str]:
-    """The spark-submit arguments that fetch the connectors (none when nothing is needed)."""
+    """The spark-submit arguments the settings call for: the driver's heap when it is not Spark's
+    default, and the connectors' packages (none when nothing is needed)."""
+    memory = settings.spark.driver_memory
+    heap = [] if memory.lower() in ("1g", "1024m", "1024") else ["--driver-memory", memory]
     needed = packages(settings)
     if not needed:
-        return []
+        return heap
     confs = [part for key, value in resolver_confs(settings).items() for part in ("--conf", f"{key}={value}")]
-    return ["--packages", needed, *confs]
+    return [*heap, "--packages", needed, *confs]
 
 
 def missing_connectors(spark: SparkSession, connectors: list[Connector]) -> list[Connector]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +33,24 @@ WORKER_CHATTER = re.compile(rb"^(Starting )?Streaming TransformWith\w+ Python wo
 # Ivy's report of resolving spark.jars.packages, printed at every start: its settings, each module
 # found, the resolution table (and, when it fails, the Java trace after the error).
 IVY_REPORT = re.compile(rb"^(:: |\t| |Ivy Default Cache|The jars for the packages|\S+#\S+ added as a dependency)")
+
+
+# The JVM the job starts exits at its first OutOfMemoryError (-XX:+ExitOnOutOfMemoryError) with this
+# code, instead of going on half-broken: a crash the checkpoint recovers from, and a cause that can be named.
+OUT_OF_MEMORY_OPTION = "-XX:+ExitOnOutOfMemoryError"
+OUT_OF_MEMORY_EXIT = 3
+
+
+def jvm_ran_out_of_memory(wait: float) -> bool:
+    """Whether the driver JVM this process started has exited at an OutOfMemoryError, waiting up to `wait`
+    seconds for a JVM on its way out."""
+    process = getattr(SparkContext._gateway, "proc", None)
+    if process is None:
+        return False
+    try:
+        return process.wait(timeout=wait) == OUT_OF_MEMORY_EXIT
+    except subprocess.TimeoutExpired:  # still running: not this
+        return False
 
 
 def launch_driver_jvm(confs: Mapping[str, str], logs: Path) -> None:

@@ -29,6 +29,7 @@ from ..core.figures import human_bytes
 from ..core.sizing.capacity import ROCKSDB_THRESHOLD_BYTES, Estimate
 from ..core.text import first_line
 from .endpoints.sources import EVENT_TIME_AHEAD, EVENT_TIME_OBSERVATION, WITHOUT_EVENT_TIME
+from .heap import HeapProbe
 
 
 def format_progress(progress: dict[str, Any]) -> str:
@@ -116,14 +117,34 @@ class StateWarning:
 
 
 class StateWatchdog:
-    def __init__(self, estimate: Estimate | None, provider: str, factor: float, hdfs_share: float) -> None:
+    def __init__(
+        self,
+        estimate: Estimate | None,
+        provider: str,
+        factor: float,
+        hdfs_share: float,
+        heap: HeapProbe | None = None,
+    ) -> None:
         # estimate: None for a query whose operators the estimate cannot size (no rows warning then).
+        # heap: the JVM the state lives in (a local run's driver), read after each batch.
         self._estimate = estimate
+        self._heap = heap
+        self._heap_read: tuple[int, int] | None = None
         self._provider = provider
         self._factor = factor
         self._hdfs_share = hdfs_share
         self._given: set[str] = set()
         self._late_before = (0, False)  # the batch before: rows dropped as late, and past LATE_SHARE
+
+    @property
+    def heap_max(self) -> int | None:
+        return None if self._heap_read is None else self._heap_read[1]
+
+    def read_heap(self) -> tuple[int, int] | None:
+        """The live heap after the last GC and the heap's maximum, read now; None without a probe."""
+        if self._heap is not None:
+            self._heap_read = self._heap.read()
+        return self._heap_read
 
     def check(self, progress: dict[str, Any]) -> list[StateWarning]:
         """The warnings this batch's progress newly crosses (each kind at most once per run)."""
@@ -165,8 +186,30 @@ class StateWatchdog:
                     " give the executors more memory.",
                 )
             )
+        found += self._heap_filling(progress)
         self._given.update(warning.kind for warning in found)
         return found + self._late_rows(progress, operators)
+
+    def _heap_filling(self, progress: dict[str, Any]) -> list[StateWarning]:
+        """A loud warning, once, when the heap still in use after the last GC passes the share of its maximum."""
+        heap = self._heap_read or self.read_heap()
+        if heap is None or "heap" in self._given:
+            return []
+        live, most = heap
+        if live <= self._hdfs_share * most:
+            return []
+        return [
+            StateWarning(
+                "heap",
+                True,
+                f"HEAP WATCHDOG: batch {progress['batchId']}: {human_bytes(live)} of the JVM's"
+                f" {human_bytes(most)} heap is still in use after garbage collection"
+                f" ({live / most:.0%}, warning at {self._hdfs_share:.0%},"
+                " monitoring.hdfs_memory_warning_share): the job nears an OutOfMemoryError. Raise"
+                " spark.driver_memory (on a cluster spark.executor.memory) before it does; `estimate` says what"
+                " the state needs.",
+            )
+        ]
 
     def _late_rows(self, progress: dict[str, Any], operators: list[dict[str, Any]]) -> list[StateWarning]:
         """A loud warning when this batch's late rows jump (see the module's docstring)."""
@@ -248,7 +291,11 @@ class ProgressPrinter(StreamingQueryListener):
         with self._lock:
             # Idle queries repeat the last batch id in their progress events; count each batch once.
             self._batches.setdefault(progress["id"], set()).add(progress["batchId"])
-        self._emit(format_progress(progress), batch_event(progress))
+        event = batch_event(progress)
+        heap = self._watchdog.read_heap() if self._watchdog else None
+        if heap is not None:  # the JVM the state lives in (a local run's driver), after its last GC
+            event["heap_live_bytes"], event["heap_max_bytes"] = heap
+        self._emit(format_progress(progress), event)
         for warning in self._watchdog.check(progress) if self._watchdog else ():
             if self._json:
                 self._emit("", {"event": "state_warning", "kind": warning.kind, "message": warning.message})

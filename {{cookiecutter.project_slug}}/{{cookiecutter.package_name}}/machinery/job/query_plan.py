@@ -75,24 +75,97 @@ def read_plan(result: DataFrame) -> list[PlanOperator]:
     watermarks = {id(node): next(delays, None) for node in root.walk() if node.kind == "EventTimeWatermark"}
     stateful = [node for node in root.walk() if _is_stateful(node)]
     ids = {id(node): number for number, node in enumerate(stateful)}
+    lines = _node_lines(analyzed.toString(), root)
     operators = []
     for number, node in enumerate(stateful):
         delays_below = [delay for n in node.walk() if (delay := watermarks.get(id(n)))]
         below = next((ids[id(n)] for n in list(node.walk())[1:] if id(n) in ids), None)
+        shape = _window_shape(node)
         operators.append(
             PlanOperator(
                 operator_id=number,
-                kind=BY_PLAN_NODE.get(node.kind, node.kind),
+                kind=_kind(node, shape),
                 node=node.kind,
                 keys=_keys(node),
                 watermark=max(delays_below, key=_seconds) if delays_below else None,
-                window=_window(node),
+                window=shape.window,
                 join_range=_join_range(node),
                 upstream=below,
                 window_only=node.kind == "Aggregate" and all(map(_is_window, node.fields["groupingExpressions"])),
+                slide=shape.slide,
+                gap=shape.gap,
+                timeout=_timeout(node),
+                evicts=_evicts(node, shape, lines.get(id(node), "")),
+                spark_operator_name=_spark_name(node, shape),
             )
         )
     return operators
+
+
+@dataclass(frozen=True)
+class _WindowShape:
+    """The time window an aggregation groups by: a tumbling or sliding window's length (and a sliding
+    one's slide), or a session window's gap; all None for an aggregation without one."""
+
+    window: str | None = None
+    slide: str | None = None
+    gap: str | None = None
+    session: bool = False
+
+
+def _kind(node: _Node, shape: _WindowShape) -> str:
+    """Our name for the operator (core/operators.py): an aggregation is told apart by its window."""
+    if node.kind == "Aggregate":
+        if shape.session:  # a gap computed per row has no length to size by: unsized, still guarded
+            return "session_window" if shape.gap else "session window of a computed gap"
+        windowed = shape.window is not None or any(map(_is_window, node.fields["groupingExpressions"]))
+        return "windowed_aggregation" if windowed else "aggregation"
+    return BY_PLAN_NODE.get(node.kind, node.kind)
+
+
+# transformWithState's user function kinds (PythonEvalType): 213 and 214 are the Row API, which Spark
+# names transformWithStateInPySparkExec in the state metadata; 211 and 212 the pandas one.
+_ROW_API_EVAL_TYPES = (213, 214)
+
+
+def _spark_name(node: _Node, shape: _WindowShape) -> str | None:
+    if shape.session:
+        return "sessionWindowStateStoreSaveExec"
+    if node.kind != "TransformWithStateInPySpark":
+        return None
+    function = node.fields.get("functionExpr") or [{}]
+    row_api = function[0].get("evalType") in _ROW_API_EVAL_TYPES
+    return "transformWithStateInPySparkExec" if row_api else "transformWithStateInPandasExec"
+
+
+def _timeout(node: _Node) -> str | None:
+    """applyInPandasWithState's GroupStateTimeout: none, processing_time or event_time."""
+    if node.kind != "FlatMapGroupsInPandasWithState":
+        return None
+    name = str(node.fields.get("timeout", {}).get("object", "")).rsplit(".", 1)[-1].rstrip("$")
+    return {"ProcessingTimeTimeout": "processing_time", "EventTimeTimeout": "event_time"}.get(name, "none")
+
+
+def _evicts(node: _Node, shape: _WindowShape, line: str) -> bool:
+    """Whether Spark drops rows of this state by the watermark: a deduplication or an aggregation
+    without a window only when one of its keys carries it (Spark prints such a column `name#N-T<ms>ms`)."""
+    if node.kind == "Deduplicate" or (node.kind == "Aggregate" and shape.window is None and not shape.session):
+        keys = line.split("[", 1)[1].split("]", 1)[0] if "[" in line else ""
+        return bool(_WATERMARKED_COLUMN.search(keys))
+    return True
+
+
+_WATERMARKED_COLUMN = re.compile(r"#\d+-T\d+ms")
+
+
+def _node_lines(tree_string: str, root: _Node) -> dict[int, str]:
+    """Each node's own line of Spark's printed plan (the JSON drops the columns' watermark marks):
+    both list the nodes in pre-order, one line each."""
+    lines = [line for line in tree_string.splitlines() if line.strip()]
+    nodes = list(root.walk())
+    if len(lines) != len(nodes):
+        return {}
+    return {id(node): line for node, line in zip(nodes, lines, strict=True)}
 
 
 def _refuse_a_second_watermark(root: _Node) -> None:
@@ -104,7 +177,7 @@ def _refuse_a_second_watermark(root: _Node) -> None:
         below = next((n for n in list(node.walk())[1:] if _is_stateful(n) and _watermarked(n)), None)
         if below is not None:
             raise QueryRefused(
-                f"it sets a watermark (withWatermark) after a stateful operator ({BY_PLAN_NODE.get(below.kind, below.kind)});"
+                f"it sets a watermark (withWatermark) after a stateful operator ({_kind(below, _window_shape(below))});"
                 " Spark refuses to redefine the watermark in a query of several stateful operators"
                 " (spark.sql.streaming.statefulOperator.allowMultiple): set it once, on the input, before the"
                 " first stateful operator"
@@ -118,7 +191,7 @@ def _watermarked(node: _Node) -> bool:
 def _is_stateful(node: _Node) -> bool:
     if node.kind == "Join":
         return len(node.children) == 2 and all(child.streaming for child in node.children)
-    if node.kind in ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark"):
+    if node.kind in ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "GlobalLimit"):
         return node.streaming
     return node.kind in BY_PLAN_NODE or node.kind in OTHER_STATEFUL or "groupingAttributesLen" in node.fields
 
@@ -142,6 +215,10 @@ def _keys(node: _Node) -> str:
         return _columns(fields["groupingExpressions"])
     if node.kind in ("Deduplicate", "DeduplicateWithinWatermark"):
         return _columns(fields["keys"])
+    if node.kind == "FlatMapGroupsInPandasWithState":
+        return _columns(fields["groupingAttributes"])
+    if node.kind == "GlobalLimit":
+        return "the rows emitted"
     if node.kind == "Join":
         return _equalities(fields.get("condition") or [])
     if "groupingAttributesLen" in fields and node.children:
@@ -186,21 +263,60 @@ def _expressions(node: _Node, name: str) -> list[_Node]:
     return [_tree(expression) for expression in node.fields.get(name) or [] if expression]
 
 
-def _window(node: _Node) -> str | None:
-    """A window's length: the end of the window struct the aggregation groups by is start + length."""
-    if node.kind != "Aggregate" or not node.children:
-        return None
-    for projection in _expressions(node.children[0], "projectList"):
-        for struct in (n for n in projection.walk() if n.kind == "CreateNamedStruct"):
-            names = [child.fields.get("value") for child in struct.children[0::2]]
-            if names[:2] != ["start", "end"]:
-                continue
-            end = struct.children[3]
-            while end.kind != "Add" and len(end.children) == 1:
-                end = end.children[0]
-            if end.kind == "Add" and end.children[1].kind == "Literal":
-                return _microseconds(end.children[1].fields["value"])
-    return None
+def _window_shape(node: _Node) -> _WindowShape:
+    """The window an aggregation groups by, read from the struct Spark builds for it below the
+    aggregation: a time window's end is start + length (a Project, or for a sliding window an Expand
+    with one projection per window an event falls in, whose start is rounded down to the slide); a
+    session window's end is the event time + the gap (TimestampAddInterval)."""
+    if node.kind != "Aggregate":
+        return _WindowShape()
+    for below in list(node.walk())[1:]:
+        if below is not node and _is_stateful(below):
+            break
+        projections = _expressions(below, "projectList")
+        if below.kind == "Expand":
+            projections = [
+                _tree(expression) for projection in below.fields["projections"][:1] for expression in projection
+            ]
+        for projection in projections:
+            for struct in (n for n in projection.walk() if n.kind == "CreateNamedStruct"):
+                names = [child.fields.get("value") for child in struct.children[0::2]]
+                if names[:2] == ["start", "end"]:
+                    return _struct_shape(struct.children[3], below)
+    return _WindowShape()
+
+
+def _struct_shape(end: _Node, projecting: _Node) -> _WindowShape:
+    session = next((n for n in end.walk() if n.kind == "TimestampAddInterval"), None)
+    if session is not None:
+        gap = session.children[1]
+        while gap.kind == "Cast":
+            gap = gap.children[0]
+        return _WindowShape(gap=_interval(gap.fields.get("value")) if gap.kind == "Literal" else None, session=True)
+    while end.kind != "Add" and len(end.children) == 1:
+        end = end.children[0]
+    if end.kind != "Add" or end.children[1].kind != "Literal":
+        return _WindowShape()
+    window = _microseconds(end.children[1].fields["value"])
+    if projecting.kind != "Expand":
+        return _WindowShape(window=window)
+    slides = [
+        n.children[1].fields["value"] for n in end.walk() if n.kind == "Remainder" and n.children[1].kind == "Literal"
+    ]
+    slide = _microseconds(slides[0]) if slides else None
+    return _WindowShape(window=window, slide=None if slide == window else slide)
+
+
+def _interval(value: object) -> str | None:
+    """A session gap as Spark's literal holds it: an interval string ("5 minutes") or microseconds."""
+    text = str(value)
+    if text.lstrip("-").isdigit():
+        return _microseconds(text)
+    try:
+        _seconds(text)
+    except ValueError:
+        return None  # a gap the estimate cannot read: the operator is sized as unknown
+    return text
 
 
 def _join_range(node: _Node) -> str | None:

@@ -13,8 +13,10 @@ from ..core.checkpoint.files import CheckpointRead
 from ..core.contract import QUERY_MODULE, project_code, user_query
 from ..core.plan_operators import PlanOperator, chain, flow_order, unsized
 from ..core.settings import Settings
+from .driver_jvm import jvm_ran_out_of_memory
 from .endpoints.sinks import start_query
 from .endpoints.sources import read_events
+from .heap import OutOfMemory, local_probe, out_of_memory_line, start_warning
 from .progress import ProgressPrinter, StateWatchdog
 from .query_plan import read_plan
 from .state_fit import check_fit
@@ -85,11 +87,17 @@ def run_query(
     remarks_to = monitoring.remarks_to(progress_to)
     result = build_result(spark, settings)
     plan = follow_plan(result, settings, held, remarks_to)
+    sizing = settings.sizing(plan) if any(operator.known for operator in plan) else None
+    probe = local_probe(spark)
+    warning = start_warning(settings, sizing, probe)
+    if warning:
+        print(f"memory: {warning}", file=remarks_to, flush=True)
     watchdog = StateWatchdog(
-        settings.sizing(plan) if any(operator.known for operator in plan) else None,
+        sizing,
         settings.state_store.provider,
         monitoring.state_warning_factor,
         monitoring.hdfs_memory_warning_share,
+        probe,
     )
     json_lines = monitoring.progress_format == "json"
     printer = ProgressPrinter(progress_to, json_lines=json_lines, watchdog=watchdog)
@@ -117,8 +125,13 @@ def run_query(
                     )
                     break
         return query
+    except Exception:
+        if jvm_ran_out_of_memory(wait=10):
+            raise OutOfMemory(out_of_memory_line(settings, sizing, watchdog.heap_max)) from None
+        raise
     finally:
-        spark.streams.removeListener(printer)
+        if not jvm_ran_out_of_memory(wait=0):
+            spark.streams.removeListener(printer)
 
 
 def _why_stop(committed: int, max_batches: int | None, deadline: float | None, signals: StopSignals) -> str | None:

@@ -24,7 +24,7 @@ from ..core.confs import (
 )
 from ..core.settings import Settings, SettingsError, unset_secrets
 from .connectors import DELTA_CATALOG, DELTA_EXTENSION, fetch_failed, packages, resolver_confs
-from .driver_jvm import launch_driver_jvm
+from .driver_jvm import OUT_OF_MEMORY_OPTION, jvm_ran_out_of_memory, launch_driver_jvm
 from .java import launched_by_spark_submit, require_java
 from .project_files import project_file
 
@@ -56,20 +56,20 @@ JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 LOG_CONFIG = "log4j2.properties"
 
 
-def log_config_confs(confs: dict[str, str]) -> dict[str, str]:
-    """Start the driver JVM (local mode's executors too) with log4j2.properties, from the working
-    directory or else the project folder, logging to logs/ beside it. Java options the user set
-    are kept, and win if they name a log4j configuration. Under spark-submit the JVM runs already:
-    its --driver-java-options decide."""
+def driver_java_options(confs: dict[str, str]) -> dict[str, str]:
+    """The driver JVM's options when this process starts it (local mode's executors run in it too): exit at
+    the first OutOfMemoryError (driver_jvm.py says why), and log4j2.properties, from the working directory or
+    else the project folder, logging to logs/ beside it. Java options the user set are kept, and win if they
+    name a log4j configuration. Under spark-submit the JVM runs already: its --driver-java-options decide."""
+    if launched_by_spark_submit():
+        return {}
     options = confs.get(JAVA_OPTIONS, "")
-    if launched_by_spark_submit() or "configurationFile" in options:
-        return {}
+    ours = [OUT_OF_MEMORY_OPTION] if OUT_OF_MEMORY_OPTION not in options else []
     found = project_file(LOG_CONFIG)
-    if found is None:
-        return {}
-    config, logs = (shlex.quote(str(path)) for path in (found, log_dir()))
-    ours = f"-Dlog4j2.configurationFile={config} -Djob.log.dir={logs}"
-    return {JAVA_OPTIONS: f"{options} {ours}".strip()}
+    if found is not None and "configurationFile" not in options:
+        config, logs = (shlex.quote(str(path)) for path in (found, log_dir()))
+        ours[:0] = [f"-Dlog4j2.configurationFile={config}", f"-Djob.log.dir={logs}"]
+    return {JAVA_OPTIONS: " ".join([options, *ours]).strip()} if ours else {}
 
 
 def log_dir() -> Path:
@@ -91,7 +91,8 @@ def secret_confs(settings: Settings, environ: Mapping[str, str] | None = None) -
 
 def static_confs(settings: Settings, submitted: bool) -> dict[str, str]:
     """Confs that only take effect when the session starts: connector JARs and the Delta extensions."""
-    confs = {}
+    # The heap the sizing asks for; under spark-submit its --driver-memory decides (`make submit` passes this).
+    confs = {} if submitted else {"spark.driver.memory": settings.spark.driver_memory}
     if settings.sink.delta_writer == "delta-spark":
         confs["spark.sql.extensions"] = _joined(settings.spark.conf.get("spark.sql.extensions"), DELTA_EXTENSION)
         confs["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
@@ -129,7 +130,7 @@ def build_session(
     if with_connectors:
         confs.update(static_confs(settings, launched_by_spark_submit()))
     confs.update(secret_confs(settings))
-    confs.update(log_config_confs(confs))
+    confs.update(driver_java_options(confs))
     for key, value in confs.items():
         builder = builder.config(key, value)
     try:
@@ -174,7 +175,8 @@ def _own_or_shared(start: Callable[[], SparkSession], confs: Mapping[str, str]) 
         try:
             yield spark
         finally:
-            spark.stop()
+            if not jvm_ran_out_of_memory(wait=0):  # a JVM that is gone has nothing to stop
+                spark.stop()
         return
     before = {key: active.conf.get(key, None) for key in runtime}
     for key, value in runtime.items():
@@ -194,7 +196,12 @@ def local_session(app_name: str, confs: dict[str, str]) -> SparkSession:
     require_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master("local[2]")
-    confs = {**confs, **log_config_confs(confs), "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    confs = {
+        **confs,
+        **driver_java_options(confs),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
     for key, value in confs.items():
         builder = builder.config(key, value)
     launch_driver_jvm({**confs, "spark.master": "local[2]", "spark.app.name": app_name}, log_dir())

@@ -55,9 +55,11 @@ def operators_drift(plan: Sequence[PlanOperator], held: CheckpointRead | None, c
             f" {chain([operator.kind for operator in flow_order(plan)])}. Spark would find no state for them and fail"
             f" at the first batch. Either change the query back, or {START_OVER}."
         )
+    # Spark checks the names it wrote into the state metadata against the plan's, by operator id.
+    if [info["operatorName"] for info in held.operators] == [operator.spark_name for operator in plan]:
+        return None
     recorded = [_BY_SPARK_NAME.get(info["operatorName"], info["operatorName"]) for info in held.operators]
-    now = [operator.kind for operator in plan]
-    if not recorded or recorded == now:
+    if not recorded:
         return None
     held_flow = list(reversed(recorded))
     now_flow = [operator.kind for operator in flow_order(plan)]

@@ -209,8 +209,12 @@ def scratch_environment(
     """The environment of a scratch run of the user's job (bench, sustain): its checkpoint and parquet
     output in folder, the store configuration, JSON progress to read the batches from, and overrides."""
     provider, changelog = CONFIGURATIONS[configuration]
+    # The driver's heap is a setting of its own (spark.driver_memory), not a spark.conf entry.
+    conf = dict(conf)
+    heap = {"SPARK__DRIVER_MEMORY": conf.pop("spark.driver.memory")} if "spark.driver.memory" in conf else {}
     scratch = {
         **overrides,
+        **heap,
         "STATE_STORE__PROVIDER": provider,
         "STATE_STORE__CHANGELOG_CHECKPOINTING": str(changelog).lower(),
         "QUERY__TRIGGER": trigger,

@@ -38,6 +38,7 @@ from ..operators import NAMES, OPERATORS
 from ..plan_operators import PlanOperator, chain, flow_order
 from ..sizing import capacity
 from ..sizing.capacity import JAVA_INT, MAXIMA, Estimate
+from ..sizing.memory import parse_memory
 from ..sizing.partitions import SPARK_MAX_PARTITIONS
 
 if TYPE_CHECKING:
@@ -122,6 +123,24 @@ class SparkSettings(Section):
         default_factory=dict, description="a mapping of Spark conf names to environment variable NAMES"
     )
     fetch_packages: bool = Field(True, description="true or false")
+    # The driver JVM's heap (spark.driver.memory) when the job starts it: `python main.py` and
+    # `make submit`. A local run's executors are the driver: the sizing writes what its state needs.
+    driver_memory: str = Field("1g", description="a Spark memory size such as 1g or 4g")
+
+    @field_validator("driver_memory")
+    @classmethod
+    def _memory_size(cls, value: str) -> str:
+        parse_memory("spark.driver_memory", value)
+        return value.strip()
+
+    @property
+    def sizing_executors(self) -> int:
+        """The executors the state spreads over: a local master runs them all in the driver, one JVM; a
+        cluster has spark.executor.instances of them (1 when not set: the safe side)."""
+        if self.master.strip().startswith("local"):
+            return 1
+        count = str(self.conf.get("spark.executor.instances", "1"))
+        return int(count) if count.isdigit() and int(count) > 0 else 1
 
     @property
     def secret_conf_variables(self) -> dict[str, str]:
@@ -503,6 +522,12 @@ class CapacitySettings(Section):
         None, gt=0, le=JAVA_INT, description="a whole number of cores greater than zero, or null"
     )
     state_growth_factor: float = Field(1.0, ge=1, le=MAX_FACTOR, description="a number of 1 or more")
+    # applyInPandasWithState with a timeout: how long after its last event a key's state is removed
+    # (the duration the function gives state.setTimeoutDuration); null: not known, kept.
+    state_timeout: Duration | None = Field(None, description="a Spark interval such as '30 minutes', or null")
+    # A state that nothing drops (dropDuplicates or an aggregation without the watermarked event time,
+    # applyInPandasWithState without a timeout) has no steady state: sized as it is after this long.
+    state_horizon: Duration = Field("1 day", description="a Spark interval such as '1 day'")
     # A query of several stateful operators: an entry per operator, in the order events reach them.
     operators: list[OperatorCapacity] = Field(
         default_factory=list, description="a list of one entry per stateful operator of the query"
@@ -652,6 +677,9 @@ class Settings(BaseSettings):
             "join_range": self.query.join.range,
             "session_timeout": self.query.custom_state.session_timeout,
             "trigger": self.query.trigger,
+            "state_timeout": self.capacity.state_timeout,
+            "state_horizon": self.capacity.state_horizon,
+            "executors": self.spark.sizing_executors,
         }
         inputs.update(overrides)
         if plan is None:
@@ -664,15 +692,9 @@ class Settings(BaseSettings):
         own: list[dict[str, object]] = []
         for index, operator in enumerate(flow):
             entry = entries[index].model_dump(exclude_none=True, exclude={"operator"}) if index < len(entries) else {}
-            from_plan: dict[str, object] = {
-                "watermark": operator.watermark,
-                "window": operator.window,
-                "join_range": operator.join_range,
-                "key_cardinality": 1 if operator.window_only else None,  # one row per window
-            }
             # What the caller overrides (estimate's flags, a calibration) wins, but the source's rate.
             given = {key: value for key, value in overrides.items() if key != "input_rows_per_second"}
-            own.append({**{key: value for key, value in from_plan.items() if value}, **entry, **given})
+            own.append({**operator.sizing_inputs(), **entry, **given})
         return capacity.estimate_chain(
             [operator.kind for operator in flow],
             [None if op.upstream is None else place.get(op.upstream) for op in flow],

@@ -20,9 +20,9 @@ from typing import Any
 
 from ..durations import named_duration
 from ..figures import human_bytes, num, require_positive
-from ..operators import batch_seconds
+from ..operators import batch_seconds, measured_as
 from ..operators import operator as find_operator
-from . import store_costs
+from . import memory, store_costs
 
 GIB = 1024**3
 ROCKSDB_THRESHOLD_BYTES = GIB
@@ -56,10 +56,18 @@ SHAPE_DEFAULTS = {
     "join_range": "15 minutes",
     "session_timeout": "30 minutes",
     "trigger": DEFAULT_TRIGGER,
+    "slide": None,  # a tumbling window: it slides by its length
+    "gap": "5 minutes",
+    "timeout": "none",
+    "state_timeout": None,  # not known: a key is taken as kept until the function removes it
+    "state_horizon": "1 day",
+    "evicts": False,  # dropDuplicates and an aggregation without a window keep every key, unless the plan says
 }
 UNSET_MEANS = {
     "key_cardinality": "unknown, so every event is taken as a new key (the upper bound; set it for a tighter figure)",
     "join_input_rows_per_second": "not set, so the input rate is used",
+    "slide": "none, a tumbling window",
+    "state_timeout": "not set, so no key is taken as removed",
 }
 SHAPE_SETTINGS = {
     "window": "query.window",
@@ -68,6 +76,12 @@ SHAPE_SETTINGS = {
     "join_range": "query.join.range",
     "session_timeout": "query.custom_state.session_timeout",
     "trigger": "query.trigger",
+    "slide": "the query's plan",
+    "gap": "the query's plan",
+    "timeout": "the query's plan",
+    "state_timeout": "capacity.state_timeout",
+    "state_horizon": "capacity.state_horizon",
+    "evicts": "the query's plan: whether the watermarked event time is one of its keys",
 }
 
 
@@ -118,6 +132,15 @@ class Estimate:
     parts: tuple[Estimate, ...] = ()
     # Where the input rate comes from, when it is not the answered one (an operator after another).
     rate_source: str = ""
+    # Whether the state drops rows at all (by the watermark or a timeout): one that does not has no
+    # steady state, its rows are those after capacity.state_horizon, and RocksDB is recommended.
+    steady_state: bool = True
+    # One executor's share (memory.py): the partitions it holds (a local run's driver holds them all),
+    # their heap footprint with growth on the HDFS-backed store, and the heap that needs.
+    executors: int = 1
+    executor_partitions: int = 0
+    executor_state_bytes: int = 0
+    executor_heap_bytes: int = 0
 
     @property
     def operators(self) -> tuple[Estimate, ...]:
@@ -147,6 +170,7 @@ def estimate(
     measured_bytes_per_row: int | None = None,
     upstream_delay_seconds: float = 0.0,
     upstream_window: str | None = None,
+    executors: int = 1,
     **shape: object,
 ) -> Estimate:
     """Napkin math for the state a watermarked query keeps; see the module docstring.
@@ -170,7 +194,7 @@ def estimate(
         raise ValueError("measured_on (hdfs or rocksdb) and measured_bytes_per_row come together")
     fed = {"upstream_window": upstream_window} if upstream_window and "window" in op.sizing_inputs else {}
     rows, working = op.rows(input_rows_per_second, seconds + upstream_delay_seconds, **inputs, **fed)
-    costs = store_costs.COSTS[operator]
+    costs = store_costs.COSTS[measured_as(operator)]
     instances = shuffle_partitions * costs.instances_per_partition
     # A calibration's measure replaces payload + overhead on the provider it ran on.
     heap_per_row = state_bytes_per_row + costs.heap_overhead_per_row
@@ -184,7 +208,8 @@ def estimate(
     total_bytes = rows * heap_per_row + instances * store_costs.HEAP_PER_INSTANCE
     per_partition = total_bytes // shuffle_partitions
     projected = round(per_partition * growth_factor)
-    provider = "rocksdb" if projected >= ROCKSDB_THRESHOLD_BYTES else "hdfs"
+    steady = op.evicts(**inputs)
+    executor = _executor_share(projected, shuffle_partitions, executors)
     return Estimate(
         operator=operator,
         formula=op.formula,
@@ -210,12 +235,32 @@ def estimate(
         bytes_per_partition=per_partition,
         projected_bytes_per_partition=projected,
         threshold_bytes=ROCKSDB_THRESHOLD_BYTES,
-        recommended_provider=provider,
+        recommended_provider=_recommended(projected, steady, executor["executor_heap_bytes"]),
         rows_changed_per_batch=changed,
         rocksdb_disk_bytes=round(disk) + instances * store_costs.ROCKSDB_DISK_PER_INSTANCE,
         rocksdb_memory_bytes=rows * (state_bytes_per_row + costs.memory_overhead_per_row)
         + instances * store_costs.ROCKSDB_MEMORY_PER_INSTANCE,
+        steady_state=steady,
+        **executor,
     )
+
+
+def _executor_share(projected_per_partition: int, partitions: int, executors: int) -> dict[str, Any]:
+    held = memory.partitions_per_executor(partitions, executors)
+    state = held * projected_per_partition
+    return {
+        "executors": executors,
+        "executor_partitions": held,
+        "executor_state_bytes": state,
+        "executor_heap_bytes": memory.heap_for_state(state),
+    }
+
+
+def _recommended(projected_per_partition: int, steady: bool, executor_heap: int) -> str:
+    """RocksDB for a partition at the threshold, a state without a steady state, or more heap-held
+    state than an executor's heap should carry (memory.HDFS_HEAP_CEILING)."""
+    too_large = projected_per_partition >= ROCKSDB_THRESHOLD_BYTES or executor_heap > memory.HDFS_HEAP_CEILING
+    return "rocksdb" if too_large or not steady else "hdfs"
 
 
 def estimate_chain(
@@ -275,6 +320,8 @@ def combine(parts: Sequence[Estimate]) -> Estimate:
     total = sum(part.total_bytes for part in parts)
     per_partition = total // first.shuffle_partitions
     projected = round(per_partition * first.growth_factor)
+    steady = all(part.steady_state for part in parts)
+    executor = _executor_share(projected, first.shuffle_partitions, first.executors)
     return replace(
         first,
         operator=" -> ".join(part.operator for part in parts),
@@ -289,7 +336,9 @@ def combine(parts: Sequence[Estimate]) -> Estimate:
         total_bytes=total,
         bytes_per_partition=per_partition,
         projected_bytes_per_partition=projected,
-        recommended_provider="rocksdb" if projected >= ROCKSDB_THRESHOLD_BYTES else "hdfs",
+        recommended_provider=_recommended(projected, steady, executor["executor_heap_bytes"]),
+        steady_state=steady,
+        **executor,
         rows_changed_per_batch=sum(part.rows_changed_per_batch for part in parts),
         rocksdb_disk_bytes=sum(part.rocksdb_disk_bytes for part in parts),
         rocksdb_memory_bytes=sum(part.rocksdb_memory_bytes for part in parts),
@@ -321,6 +370,9 @@ class Decision:
     changelog_checkpointing: bool
     against_recommendation: bool
     notes: tuple[str, ...]
+    # The heap each executor (a local run's driver) starts with: what the HDFS-backed state needs
+    # beside Spark's own memory, or Spark's default beside RocksDB, whose state is native memory.
+    heap: str = "1g"
 
 
 def decide(requested_provider: str, changelog_checkpointing: bool, sizing: Estimate) -> Decision:
@@ -356,7 +408,8 @@ def decide(requested_provider: str, changelog_checkpointing: bool, sizing: Estim
             "changelog checkpointing is written as off: it is a RocksDB feature and the "
             "HDFS-backed store always writes its own delta files."
         )
-    return Decision(provider, changelog, against, tuple(notes))
+    heap = memory.memory_setting(sizing.executor_heap_bytes if provider == "hdfs" else memory.SPARK_DEFAULT_HEAP)
+    return Decision(provider, changelog, against, tuple(notes), heap)
 
 
 def report(sizing: Estimate, decision: Decision | None = None, partition_lines: Sequence[str] = ()) -> str:
@@ -384,6 +437,7 @@ def report(sizing: Estimate, decision: Decision | None = None, partition_lines: 
         f" = {num(e.bytes_per_partition)} B ({human_bytes(e.bytes_per_partition)})",
         f"  with growth    = x{num(e.growth_factor)} = {num(e.projected_bytes_per_partition)} B"
         f" per partition ({share:.1%} of the {human_bytes(e.threshold_bytes)} threshold)",
+        f"  per executor   = {_executor_working(e)}",
         f"  on rocksdb     = {human_bytes(e.rocksdb_disk_bytes / e.shuffle_partitions)} of local disk and"
         f" {human_bytes(e.rocksdb_memory_bytes / e.shuffle_partitions)} of native memory per partition"
         f" ({_rocksdb_source(e)})",
@@ -392,6 +446,9 @@ def report(sizing: Estimate, decision: Decision | None = None, partition_lines: 
     if decision is not None:
         changelog = "on" if decision.changelog_checkpointing else "off"
         lines.append(f"  chosen         = {decision.provider}, changelog checkpointing {changelog}")
+        lines.append(
+            f"  heap           = {decision.heap} per executor (spark.driver_memory for local runs): {_heap_reason(e, decision)}"
+        )
         lines.extend(f"  {note}" for note in decision.notes)
     lines.extend(f"  {line}" for line in partition_lines)
     lines.append(
@@ -438,9 +495,11 @@ def _heap_working(e: Estimate) -> str:
     if e.measured_on == "hdfs":
         return f"none added: {num(e.heap_bytes_per_row)} B of heap per row is the calibration's measure"
     overhead = e.heap_bytes_per_row - e.state_bytes_per_row
+    like = measured_as(e.operator)
+    measured = e.operator if like == e.operator else f"{like}, standing in for {e.operator} until it is measured"
     return (
         f"+{num(overhead)} B of heap per row and {num(e.heap_bytes_per_instance)} B per store instance"
-        f" on the HDFS-backed store for {e.operator} (objects, hash-map entries, the versions kept"
+        f" on the HDFS-backed store for {measured} (objects, hash-map entries, the versions kept"
         f" loaded; {e.store_costs_source})"
     )
 
@@ -450,7 +509,7 @@ def _rocksdb_source(e: Estimate) -> str:
         return "disk as the calibration measured it"
     if e.parts:
         return f"each operator's SST files, flushes and native memory (store_costs.py), summed; {e.store_costs_source}"
-    costs = store_costs.COSTS[e.operator]
+    costs = store_costs.COSTS[measured_as(e.operator)]
     return (
         f"SST files: the rows at x{costs.disk_ratio:g} the payload, and {num(store_costs.UNMERGED_FLUSHES)}"
         f" unmerged flushes of the {num(e.rows_changed_per_batch)} rows a batch changes at x{costs.flush_ratio:g};"
@@ -480,6 +539,19 @@ def _inputs(e: Estimate) -> str:
 
 
 def _reason(e: Estimate, share: float) -> str:
+    if not e.steady_state:
+        return (
+            f"the state has no steady state: {_unbounded(e)} grow{'s' if len(e.operators) == 1 else ''} for as long"
+            f" as the query runs, {_threshold_time(e)}; RocksDB keeps it on local disk, where it can grow, and its"
+            " partitions can be changed later."
+        )
+    if e.recommended_provider == "rocksdb" and e.projected_bytes_per_partition < e.threshold_bytes:
+        return (
+            f"each partition is below 1 GiB, but one executor holds {num(e.executor_partitions)} of them:"
+            f" {human_bytes(e.executor_heap_bytes)} of heap, above the {human_bytes(memory.HDFS_HEAP_CEILING)} an"
+            " executor's heap should carry in state (every full GC walks it, and each batch copies the maps it"
+            " touches); RocksDB keeps it in native memory and on local disk, and the heap stays at Spark's default."
+        )
     if e.recommended_provider == "rocksdb":
         return (
             "at or above 1 GiB per partition, state held in the JVM heap brings long GC pauses and"
@@ -492,3 +564,38 @@ def _reason(e: Estimate, share: float) -> str:
             " now, since the provider cannot be switched later."
         )
     return reason
+
+
+def _unbounded(e: Estimate) -> str:
+    return " and ".join(part.operator for part in e.operators if not part.steady_state)
+
+
+def _threshold_time(e: Estimate) -> str:
+    """When a growing state passes the threshold per partition on the HDFS-backed store, at the rate it grows."""
+    growing = [part for part in e.operators if not part.steady_state]
+    horizon_s = named_duration(
+        "state_horizon", str(growing[0].shape.get("state_horizon") or SHAPE_DEFAULTS["state_horizon"])
+    )
+    bytes_per_second = sum(part.total_bytes for part in growing) / horizon_s / e.shuffle_partitions * e.growth_factor
+    if e.projected_bytes_per_partition < e.threshold_bytes:
+        return (
+            f"{human_bytes(e.projected_bytes_per_partition)} per partition after the horizon, below the"
+            f" {human_bytes(e.threshold_bytes)} threshold until then"
+        )
+    hours = e.threshold_bytes / bytes_per_second / 3600 if bytes_per_second else float("inf")
+    return f"past the {human_bytes(e.threshold_bytes)} threshold per partition on the HDFS-backed store after {hours:,.1f} hours"
+
+
+def _executor_working(e: Estimate) -> str:
+    who = "a local run's driver holds every partition" if e.executors == 1 else f"{num(e.executors)} executors"
+    return (
+        f"{num(e.executor_partitions)} partitions ({who}) x {human_bytes(e.projected_bytes_per_partition)}"
+        f" = {human_bytes(e.executor_state_bytes)} of state on the HDFS-backed store; with Spark's own memory a heap of"
+        f" 300 MiB + that / {1 - memory.UNIFIED_MEMORY_FRACTION:.0%} = {human_bytes(e.executor_heap_bytes)}"
+    )
+
+
+def _heap_reason(e: Estimate, decision: Decision) -> str:
+    if decision.provider == "hdfs":
+        return f"the {human_bytes(e.executor_heap_bytes)} the HDFS-backed state of one executor needs, rounded up"
+    return "Spark's default: the state is in RocksDB's native memory, outside the heap"

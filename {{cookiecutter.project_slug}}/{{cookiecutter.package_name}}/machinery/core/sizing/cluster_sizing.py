@@ -18,16 +18,12 @@ Memory, per provider:
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from ..figures import human_bytes, num
 from .capacity import Estimate
+from .memory import MIB, UNIFIED_MEMORY_FRACTION, heap_for_state, memory_setting, parse_memory
 
-MIB = 1024**2
-GIB = 1024**3
-RESERVED_HEAP = 300 * MIB  # Spark's reserved system memory
-UNIFIED_MEMORY_FRACTION = 0.6  # spark.memory.fraction's default
 ROCKSDB_MIN_BUDGET_MB = 500  # Spark's default maxMemoryUsageMB
 # Above this the budget is a cache of the hot part of the state; the rest is read from local disk.
 ROCKSDB_MAX_BUDGET_MB = 4096
@@ -37,18 +33,6 @@ ROCKSDB_UNBOUNDED_INSTANCE_MB = 8 + 2 * 64
 OVERHEAD_MIN_MB = 384  # Spark's default memoryOverhead: max(384 MiB, 10% of executor memory)
 OVERHEAD_FACTOR = 0.10
 DEFAULT_EXECUTOR_MEMORY = "1g"  # Spark's default spark.executor.memory
-_MEMORY = re.compile(r"^\s*(\d+)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
-_UNIT_BYTES = {"k": 1024, "m": MIB, "g": GIB, "t": 1024 * GIB, "": MIB}  # Spark reads a bare number as MiB
-
-
-def parse_memory(field: str, text: object) -> int:
-    """Bytes of a Spark memory size ('512m', '8g', '2048'); a ValueError naming the field otherwise."""
-    match = _MEMORY.match(str(text))
-    if not match or int(match.group(1)) == 0:
-        raise ValueError(
-            f"{field} must be a Spark memory size such as 512m, 8g or 2048 (MiB), greater than zero; got {text!r}"
-        )
-    return int(match.group(1)) * _UNIT_BYTES[match.group(2).lower()]
 
 
 @dataclass(frozen=True)
@@ -131,12 +115,12 @@ def size_cluster(
 
 
 def _hdfs_memory(per_executor: int, memory: int) -> tuple[dict[str, str], list[str], list[str]]:
-    needed = RESERVED_HEAP + math.ceil(per_executor / (1 - UNIFIED_MEMORY_FRACTION))
-    suggested_gib = max(1, math.ceil(needed / GIB))
+    needed = heap_for_state(per_executor)
+    suggested = memory_setting(needed)
     lines = [
         f"hdfs heap      = {human_bytes(per_executor)} (the heap footprint, retained versions included)"
-        f" in the {1 - UNIFIED_MEMORY_FRACTION:.0%} of the heap outside Spark's unified memory, + 300 MiB reserved"
-        f" = spark.executor.memory of at least {human_bytes(needed)}: suggest {suggested_gib}g",
+        f" in the {1 - UNIFIED_MEMORY_FRACTION:.0%} of the heap outside Spark's unified memory, + 300 MiB"
+        f" reserved = spark.executor.memory of at least {human_bytes(needed)}: suggest {suggested}",
     ]
     warnings = []
     if memory < needed:
@@ -145,7 +129,7 @@ def _hdfs_memory(per_executor: int, memory: int) -> tuple[dict[str, str], list[s
             " in the HDFS-backed store: raise spark.executor.memory, add executors, or (before the first run)"
             " choose rocksdb"
         )
-    return {"spark.conf.spark.executor.memory": f"{suggested_gib}g"}, lines, warnings
+    return {"spark.conf.spark.executor.memory": suggested}, lines, warnings
 
 
 def _rocksdb_memory(

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..figures import cores_text, num
-from ..operators import batch_seconds
+from ..operators import batch_seconds, measured_as
 from .capacity import Estimate
 
 # Headroom: at the answered rate the cores are busy at most this share of the time, so that a slower
@@ -67,12 +67,14 @@ class CoreAdvice:
 
 
 def per_core(operator: str, provider: str) -> float:
-    """Rows per second one core holds; custom_state runs on RocksDB only."""
-    return ROWS_PER_SECOND_PER_CORE.get((operator, provider)) or ROWS_PER_SECOND_PER_CORE[(operator, "rocksdb")]
+    """Rows per second one core holds (an operator not measured: the one standing in for it);
+    custom_state runs on RocksDB only."""
+    measured = measured_as(operator)
+    return ROWS_PER_SECOND_PER_CORE.get((measured, provider)) or ROWS_PER_SECOND_PER_CORE[(measured, "rocksdb")]
 
 
 def measured_trigger(operator: str) -> str:
-    return MEASURED_TRIGGERS.get(operator, MEASURED_TRIGGER)
+    return MEASURED_TRIGGERS.get(measured_as(operator), MEASURED_TRIGGER)
 
 
 def operator_rate(part: Estimate) -> float:

@@ -1,0 +1,185 @@
+"""Every stateful operator a PySpark query can build, written into the project's query as a user
+would, run on real local Spark: restarted through the guard, and its state held against the estimate.
+
+Each shape replaces the body of query.py's stateful_query. The rate-micro-batch source makes 400
+events per batch and moves event time on by one second per batch, so the event-time rate is exact
+(as in test_state_rows.py). The first run goes on until the state has had over twice its longest
+lifetime to fill; the medians of its last batches' numRowsTotal (Spark's own count) are held
+against `estimate` for the same settings, within 25%. A state that nothing drops has no steady
+state: its last batch is held against the estimate at a horizon of the event time the run covered.
+The second run restarts on the same checkpoint, through the guard, as an unchanged query must.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS
+from stream_job.machinery.job.query_plan import checked_plan
+
+from .conftest import BAKED_OPERATOR, DEFAULT_OPERATOR, edited_query, run_main, write_settings_file
+
+pytestmark = [
+    pytest.mark.streaming,
+    pytest.mark.skipif(BAKED_OPERATOR != DEFAULT_OPERATOR, reason="the default bake's query is edited"),
+]
+
+EVENTS_PER_BATCH = 400  # per second of event time
+WATERMARK = "4 seconds"
+BATCHES = 14  # 14 s of event time: twice the longest lifetime below (gap 2 + watermark 4 + 1)
+SETTLED = 4
+ROWS_TOLERANCE = 0.25
+
+START = '''    """Events per key and tumbling window; a window's state is dropped once the watermark passes it."""
+'''
+EVENTS = 'wanted(events, query).withWatermark("event_time", query.watermark)'
+
+PANDAS_STATE = """
+    import pandas as pd
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    def track(key, frames, state):
+        if state.hasTimedOut:
+            (seen,) = state.get
+            state.remove()
+            yield pd.DataFrame({"key": [key[0]], "events": [seen]})
+            return
+        seen, newest = state.get[0] if state.exists else 0, None
+        for frame in frames:
+            seen += len(frame)
+            newest = max(frame["event_time"].max(), newest or frame["event_time"].max())
+        state.update((seen,))
+        state.setTimeoutTimestamp(int(newest.timestamp() * 1000) + 2000)
+
+    return EVENTS.groupBy("key").applyInPandasWithState(
+        track, "key string, events long", "events long", "append", GroupStateTimeout.EventTimeTimeout
+    )
+"""
+
+# name -> (the body's return expression or code, keys, Spark's operator name, sink, capacity changes)
+SHAPES = {
+    "sliding window": (
+        'return EVENTS.groupBy(F.window("event_time", "2 seconds", "1 second").alias("window"), "key")'
+        '.agg(F.count(F.lit(1)).alias("events"))'
+        '.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "events")',
+        200,
+        "stateStoreSave",
+        "parquet",
+        {},
+    ),
+    "session window, a session per event": (
+        'return EVENTS.groupBy(F.session_window("event_time", "2 seconds").alias("session"), "key")'
+        '.agg(F.count(F.lit(1)).alias("events"))'
+        '.select(F.col("session.start").alias("session_start"), F.col("session.end").alias("session_end"), "key", "events")',
+        UNIQUE_KEYS,
+        "sessionWindowStateStoreSaveExec",
+        "parquet",
+        {},
+    ),
+    "session window, a session per key": (
+        'return EVENTS.groupBy(F.session_window("event_time", "2 seconds").alias("session"), "key")'
+        '.agg(F.count(F.lit(1)).alias("events"))'
+        '.select(F.col("session.start").alias("session_start"), F.col("session.end").alias("session_end"), "key", "events")',
+        200,
+        "sessionWindowStateStoreSaveExec",
+        "parquet",
+        {},
+    ),
+    "aggregation without a window": (
+        'return EVENTS.groupBy("key").agg(F.count(F.lit(1)).alias("events"))',
+        200,
+        "stateStoreSave",
+        "console",
+        {},
+    ),
+    "dropDuplicates with the event time": (
+        'return EVENTS.dropDuplicates(["event_id", "event_time"])',
+        UNIQUE_KEYS,
+        "dedupe",
+        "parquet",
+        {},
+    ),
+    "dropDuplicates without a watermark": (
+        'return EVENTS.dropDuplicates(["event_id"])',
+        UNIQUE_KEYS,
+        "dedupe",
+        "parquet",
+        {"state_horizon": f"{BATCHES} seconds"},
+    ),
+    "applyInPandasWithState, event-time timeout": (
+        PANDAS_STATE,
+        UNIQUE_KEYS,
+        "applyInPandasWithState",
+        "parquet",
+        {"state_timeout": "2 seconds"},
+    ),
+    "limit": ("return EVENTS.limit(50)", UNIQUE_KEYS, "globalLimit", "parquet", {}),
+}
+
+
+def shape_settings(tmp_path, keys: int, sink: str, capacity: dict) -> str:
+    changes = {
+        "spark": {"shuffle_partitions": 2, "master": "local[2]"},
+        "state_store": {"provider": "rocksdb", "changelog_checkpointing": True},
+        "source": {
+            "type": "rate",
+            "rate": {"rows_per_batch": EVENTS_PER_BATCH, "advance_per_batch": "1 second", "keys": keys},
+        },
+        "sink": {
+            "type": sink,
+            "output_mode": "update" if sink == "console" else "append",
+            "path": str(tmp_path / "output"),
+        },
+        "query": {
+            "name": "shapes",
+            "checkpoint_location": str(tmp_path / "checkpoint"),
+            "watermark": WATERMARK,
+            "trigger": "100 milliseconds",  # batches back to back
+        },
+        "monitoring": {"progress_format": "json"},
+        "capacity": {
+            "input_rows_per_second": EVENTS_PER_BATCH,
+            "key_cardinality": None if keys == UNIQUE_KEYS else keys,
+            **capacity,
+        },
+    }
+    return str(write_settings_file(tmp_path / "settings.yaml", changes))
+
+
+def batches(stdout: str) -> list[dict]:
+    return [
+        event
+        for line in stdout.splitlines()
+        if line.startswith("{") and (event := json.loads(line))["event"] == "batch"
+    ]
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_each_shape_restarts_and_keeps_the_rows_the_estimate_says(tmp_path, shape):
+    code, keys, spark_name, sink, capacity = SHAPES[shape]
+    settings_path = shape_settings(tmp_path, keys, sink, capacity)
+    body = code.replace("EVENTS", EVENTS)
+    with edited_query({START: START + ("" if body.startswith("\n") else "    ") + body + "\n"}):
+        first = run_main("--settings", settings_path, "--max-batches", str(BATCHES))
+        assert first.returncode == 0, first.stderr
+        again = run_main("--settings", settings_path, "--max-batches", "2")
+        assert again.returncode == 0, again.stderr
+        # A batch covers one second of event time, however fast it runs: the batch the estimate is given.
+        settings = load_settings(settings_path)
+        sizing = settings.sizing(checked_plan(settings), trigger="1 second")
+    metadata = (tmp_path / "checkpoint" / "state" / "0" / "_metadata" / "metadata").read_text()
+    assert f'"operatorName":"{spark_name}"' in metadata
+    assert "refused" not in again.stderr and "changed" not in again.stderr, again.stderr
+    rows = [event["state_rows"] for event in batches(first.stdout)]
+    assert len(rows) >= BATCHES - 1, first.stdout
+    if sizing.steady_state:
+        spark_rows = statistics.median(rows[-SETTLED:])
+    else:
+        spark_rows = rows[-1]
+        assert sizing.recommended_provider == "rocksdb"
+        assert "no steady state" in sizing.rows_working
+    print(f"{shape}: Spark {spark_rows:,.0f} rows, estimate {sizing.rows:,} ({sizing.rows / spark_rows:.2f}x)")
+    assert abs(sizing.rows - spark_rows) <= ROWS_TOLERANCE * spark_rows, (sizing.rows, spark_rows, sizing.rows_working)

@@ -1,0 +1,91 @@
+"""The JVM heap the job runs in, held against what its state needs: at start, after each batch (the
+watchdog), and when it runs out.
+
+A local run's executors are the driver JVM, so its heap is the one the state lives in. What is live
+is read after the last garbage collection (each heap pool's usage then), not the heap's current use,
+which counts garbage not yet collected.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..core.figures import human_bytes
+from ..core.sizing.memory import heap_for_state, memory_setting, parse_memory
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from ..core.settings import Settings
+    from ..core.sizing.capacity import Estimate
+
+
+class HeapProbe:
+    """The driver JVM's live heap after its last GC and its maximum, in bytes."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        jvm: Any = spark.sparkContext._jvm
+        self._runtime = jvm.java.lang.Runtime.getRuntime()
+        self._pools = [
+            pool
+            for pool in jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+            if str(pool.getType().name()) == "HEAP" and pool.getCollectionUsage() is not None
+        ]
+
+    def read(self) -> tuple[int, int]:
+        live = sum(pool.getCollectionUsage().getUsed() for pool in self._pools)
+        return int(live), int(self._runtime.maxMemory())
+
+
+def local_probe(spark: SparkSession) -> HeapProbe | None:
+    """A probe of the heap the state lives in: the driver's, when the executors run in it (a local master)."""
+    if not str(spark.sparkContext.master).startswith("local"):
+        return None
+    return HeapProbe(spark)
+
+
+def start_warning(settings: Settings, sizing: Estimate | None, probe: HeapProbe | None) -> str | None:
+    """One line when the heap the state will live in is smaller than the HDFS-backed state needs."""
+    if sizing is None or settings.state_store.provider != "hdfs":
+        return None
+    needed = heap_for_state(sizing.executor_state_bytes)
+    if probe is not None:
+        have, where = probe.read()[1], "the driver's heap (spark.driver_memory; a local run's executors are the driver)"
+        fix = f"raise spark.driver_memory to {memory_setting(needed)}"
+    elif "spark.executor.memory" in settings.spark.conf:
+        have = parse_memory("spark.conf spark.executor.memory", settings.spark.conf["spark.executor.memory"])
+        where, fix = "spark.executor.memory", f"raise spark.conf spark.executor.memory to {memory_setting(needed)}"
+    else:
+        return None
+    if have >= needed:
+        return None
+    return (
+        f"WARNING: {where} is {human_bytes(have)}, less than the {human_bytes(needed)} the estimate gives the"
+        f" HDFS-backed state of one executor ({human_bytes(sizing.executor_state_bytes)} across"
+        f" {sizing.executor_partitions} partitions, beside Spark's own memory): the job may end in an"
+        f" OutOfMemoryError as the state fills; {fix}, or give it a new checkpoint on rocksdb"
+    )
+
+
+def out_of_memory_line(settings: Settings, sizing: Estimate | None, heap_max: int | None) -> str:
+    """The one line an OutOfMemoryError ends in: the state, the heap and the fix."""
+    heap = f"{human_bytes(heap_max)} heap" if heap_max else f"heap (spark.driver_memory {settings.spark.driver_memory})"
+    store = settings.state_store.provider
+    if sizing is not None and store == "hdfs":
+        needed = heap_for_state(sizing.executor_state_bytes)
+        state = f"the HDFS-backed state, estimated at {human_bytes(sizing.executor_state_bytes)} per executor"
+        fix = (
+            f"set spark.driver_memory (on a cluster spark.executor.memory) to {memory_setting(needed)} or more and start"
+            " again (the checkpoint is intact: the batch runs again), or move the state to rocksdb on a new checkpoint"
+        )
+    else:
+        state = f"the job's work beside its {store} state"
+        fix = (
+            "raise spark.driver_memory (on a cluster spark.executor.memory) and start again; the checkpoint is"
+            " intact and the batch runs again"
+        )
+    return f"the JVM's {heap} ran out (java.lang.OutOfMemoryError) holding {state}; {fix}"
+
+
+class OutOfMemory(Exception):
+    """The JVM the job runs in ran out of heap and exited; the message names the state, the heap and the fix."""

@@ -20,11 +20,21 @@ from pathlib import Path
 
 import pytest
 from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS
 from stream_job.machinery.job.progress import format_progress
 from stream_job.machinery.job.runner import run_query
 from stream_job.machinery.job.session import apply_confs
 
-from .conftest import PROJECT_DIR, clean_env, deep_merge, free_port, run_main, write_settings_file
+from .conftest import (
+    PROJECT_DIR,
+    clean_env,
+    committed_batches,
+    deep_merge,
+    free_port,
+    run_main,
+    run_python,
+    write_settings_file,
+)
 from .test_soak import SOAK
 
 pytestmark = pytest.mark.streaming
@@ -171,3 +181,40 @@ def watch_prometheus(tmp_path: Path, port: int) -> tuple[subprocess.Popen, list[
         process.send_signal(signal.SIGTERM)
         output = process.communicate(timeout=60)[0]
     return process, streaming, output
+
+
+@pytest.mark.faults
+def test_a_heap_too_small_for_the_state_is_warned_and_its_out_of_memory_ends_in_one_line(tmp_path):
+    # The default answers' state (6.7M rows of a windowed count, every event its own key) on the
+    # HDFS-backed store, in a 600 MiB heap: 300,000 events a batch fill it within a few batches.
+    changes = {
+        "spark": {"shuffle_partitions": 2, "master": "local[2]", "driver_memory": "600m"},
+        "state_store": {"provider": "hdfs", "changelog_checkpointing": False},
+        "source": {
+            "type": "rate",
+            "rate": {"rows_per_batch": 300_000, "advance_per_batch": "30 seconds", "keys": UNIQUE_KEYS},
+        },
+        "sink": {"type": "parquet", "path": str(tmp_path / "output")},
+        "query": {"checkpoint_location": str(tmp_path / "checkpoint"), "trigger": "100 milliseconds"},
+    }
+    path = write_settings_file(tmp_path / "settings.yaml", changes)
+
+    run = run_python("main.py", "--settings", str(path), env=clean_env())
+
+    assert run.returncode == 1, run.stderr[-3000:]
+    # Said at start: the heap is smaller than the state will need.
+    assert "memory: WARNING: the driver's heap (spark.driver_memory; a local run's executors are the driver) is" in (
+        run.stdout
+    )
+    lines = [line for line in run.stderr.splitlines() if line.strip() and not line.startswith("WARNING: Using")]
+    assert any(line.startswith("HEAP WATCHDOG: batch ") for line in lines), run.stderr[-3000:]
+    # The end: one line naming the state, the heap and the fix, no Py4J traceback.
+    assert re.fullmatch(
+        r"out of memory: the JVM's [\d.]+ MiB heap ran out \(java\.lang\.OutOfMemoryError\) holding the HDFS-backed"
+        r" state, estimated at [\d.]+ GiB per executor; set spark\.driver_memory \(on a cluster"
+        r" spark\.executor\.memory\) to \d+g or more and start again \(the checkpoint is intact: the batch runs"
+        r" again\), or move the state to rocksdb on a new checkpoint",
+        lines[-1],
+    )
+    assert "Traceback" not in run.stderr
+    assert committed_batches(tmp_path / "checkpoint")  # batches before it committed, as after any crash

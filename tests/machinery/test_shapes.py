@@ -13,14 +13,33 @@ The second run restarts on the same checkpoint, through the guard, as an unchang
 from __future__ import annotations
 
 import json
+import signal
 import statistics
+from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+from stream_job.machinery.core.contract import user_query
 from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.endpoints.output import read_output
 from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS
 from stream_job.machinery.job.query_plan import checked_plan
 
-from .conftest import BAKED_OPERATOR, DEFAULT_OPERATOR, edited_query, run_main, write_settings_file
+from .conftest import (
+    BAKED_OPERATOR,
+    DEFAULT_OPERATOR,
+    committed_batches,
+    edited_query,
+    files_job,
+    final_watermark,
+    project_copy,
+    read_events_batch,
+    run_main,
+    start_job,
+    write_settings_file,
+)
+from .test_exactly_once import kill_mid_batch
 
 pytestmark = [
     pytest.mark.streaming,
@@ -123,7 +142,7 @@ SHAPES = {
 def shape_settings(tmp_path, keys: int, sink: str, capacity: dict) -> str:
     changes = {
         "spark": {"shuffle_partitions": 2, "master": "local[2]"},
-        "state_store": {"provider": "rocksdb", "changelog_checkpointing": True},
+        "state_store": {"provider": "hdfs", "changelog_checkpointing": False},
         "source": {
             "type": "rate",
             "rate": {"rows_per_batch": EVENTS_PER_BATCH, "advance_per_batch": "1 second", "keys": keys},
@@ -165,7 +184,7 @@ def test_each_shape_restarts_and_keeps_the_rows_the_estimate_says(tmp_path, shap
     with edited_query({START: START + ("" if body.startswith("\n") else "    ") + body + "\n"}):
         first = run_main("--settings", settings_path, "--max-batches", str(BATCHES))
         assert first.returncode == 0, first.stderr
-        again = run_main("--settings", settings_path, "--max-batches", "2")
+        again = run_main("--settings", settings_path, "--max-batches", "1")
         assert again.returncode == 0, again.stderr
         # A batch covers one second of event time, however fast it runs: the batch the estimate is given.
         settings = load_settings(settings_path)
@@ -183,3 +202,50 @@ def test_each_shape_restarts_and_keeps_the_rows_the_estimate_says(tmp_path, shap
         assert "no steady state" in sizing.rows_working
     print(f"{shape}: Spark {spark_rows:,.0f} rows, estimate {sizing.rows:,} ({sizing.rows / spark_rows:.2f}x)")
     assert abs(sizing.rows - spark_rows) <= ROWS_TOLERANCE * spark_rows, (sizing.rows, spark_rows, sizing.rows_working)
+
+
+# The shapes whose output is deterministic, each with the column that ends its window or session: a
+# row is emitted once the watermark passes it. On the files job's input (test_exactly_once's: 6
+# files of 2 minutes, 4 keys in turn, an event every 3 s) a 5-second gap makes a session per event.
+KILLED = {
+    "session window": (
+        'return EVENTS.groupBy(F.session_window("event_time", "5 seconds").alias("session"), "key")'
+        '.agg(F.count(F.lit(1)).alias("events"))'
+        '.select(F.col("session.start").alias("session_start"), F.col("session.end").alias("session_end"), "key", "events")',
+        "session_end",
+    ),
+    "sliding window": (
+        'return EVENTS.groupBy(F.window("event_time", "1 minute", "20 seconds").alias("window"), "key")'
+        '.agg(F.count(F.lit(1)).alias("events"))'
+        '.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "events")',
+        "window_end",
+    ),
+}
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("shape", list(KILLED))
+def test_a_shape_killed_mid_batch_restarts_to_the_batch_computation(
+    spark, make_settings, write_settings, tmp_path, shape
+):
+    code, end = KILLED[shape]
+    edits = {START: START + "    " + code.replace("EVENTS", EVENTS) + "\n"}
+    changes = files_job(tmp_path, "parquet", "rocksdb", changelog=True)
+    path = write_settings(changes)
+    settings = make_settings(changes)
+    checkpoint = Path(settings.query.checkpoint_location)
+    with open(tmp_path / "first-run.log", "w") as log:
+        process = start_job(path, log, cwd=project_copy(tmp_path, edits))
+        in_flight = kill_mid_batch(process, checkpoint)
+    assert process.returncode == -signal.SIGKILL
+    assert in_flight not in committed_batches(checkpoint)
+    with edited_query(edits):
+        restart = run_main("--settings", str(path))
+        assert restart.returncode == 0, restart.stderr[-3000:]
+        events = read_events_batch(spark, settings.source.files.path)
+        expected = user_query().stateful_query(events, settings.query)
+    assert f"batch {in_flight}:" in restart.stdout
+    # The same query on all the events as a batch job, the rows the final watermark has passed.
+    expected = expected.where(F.col(end) <= F.lit(final_watermark(spark, settings)))
+    assert expected.count() > 0
+    assertDataFrameEqual(read_output(spark, settings.sink), expected)

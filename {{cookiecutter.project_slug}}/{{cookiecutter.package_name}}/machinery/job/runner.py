@@ -6,6 +6,8 @@ import sys
 import time
 from typing import TextIO
 
+from py4j.protocol import Py4JJavaError
+from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -125,8 +127,10 @@ def run_query(
                     )
                     break
         return query
-    except Exception:
-        if jvm_ran_out_of_memory(wait=10):
+    except Exception as error:
+        # An error the JVM sent is from a JVM still up; any other may be its end: wait for it to exit.
+        answered = isinstance(error, (CapturedException, Py4JJavaError))
+        if jvm_ran_out_of_memory(wait=0 if answered else 10):
             raise OutOfMemory(out_of_memory_line(settings, sizing, watchdog.heap_max)) from None
         raise
     finally:

@@ -107,7 +107,9 @@ def run_job(project: Path, folder: Path, changes: dict[str, str], batches: int) 
     out, err = process.communicate()
     sampler.join()
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    rows = [event for event in events if event.get("event") == "batch"]
+    batches = [event for event in events if event.get("event") == "batch"]
+    # The batch in flight at --max-batches runs alone in a query of its own (a restart): not steady state.
+    rows = [event for event in batches if event["run_id"] == batches[0]["run_id"]] if batches else []
     settled = rows[-SETTLED:]
     return {
         "exit_code": process.returncode,

@@ -125,6 +125,23 @@ def test_estimate_check_warns_loudly_when_max_cores_is_too_few(write_settings):
 
 def test_the_figures_say_where_they_come_from():
     assert set(core_rates.ROWS_PER_SECOND_PER_CORE) >= {(name, "rocksdb") for name in
-                                                        ("windowed_aggregation", "deduplication", "stream_stream_join",
-                                                         "custom_state")}  # fmt: skip
+                                                        ("windowed_aggregation", "deduplication",
+                                                         "stream_stream_join")}  # fmt: skip
+    assert set(core_rates.KEY_CALL_COSTS) == {"custom_state"}
+    assert "benchmarks/key_call_costs.py" in core_rates.KEY_CALL_MEASURED_BY
     assert "benchmarks/core_rates.py" in core_rates.MEASURED_BY
+
+
+def test_custom_state_cores_follow_the_keys_a_batch_holds_not_only_its_rows():
+    # The same 10,000 rows/s: every event its own key (each called twice, at its event and when its
+    # session ends) against 100 keys that come back every batch (called once a batch each).
+    costs = core_rates.KEY_CALL_COSTS["custom_state"]
+    unique = estimate(10_000, "10 minutes", 64, 8, operator="custom_state")
+    repeating = estimate(10_000, "10 minutes", 64, 8, operator="custom_state", key_cardinality=100)
+    busy_unique = (costs.batch_seconds + 2 * 100_000 * costs.key_call_seconds + 100_000 * costs.row_seconds) / 10
+    busy_repeating = (costs.batch_seconds + 100 * costs.key_call_seconds + 100_000 * costs.row_seconds) / 10
+    assert advise(unique, "rocksdb").busy_cores == pytest.approx(busy_unique)
+    assert advise(repeating, "rocksdb").busy_cores == pytest.approx(busy_repeating)
+    assert advise(repeating, "rocksdb").cores_needed < advise(unique, "rocksdb").cores_needed
+    (line,) = [line for line in advise(repeating, "rocksdb").lines if line.startswith("custom_state: ")]
+    assert "a 10 s batch of 100,000 rows calls Python for 100 keys (100 with events)" in line

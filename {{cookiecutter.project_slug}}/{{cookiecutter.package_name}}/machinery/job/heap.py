@@ -3,7 +3,8 @@ watchdog), and when it runs out.
 
 A local run's executors are the driver JVM, so its heap is the one the state lives in. What is live
 is read after the last garbage collection (each heap pool's usage then), not the heap's current use,
-which counts garbage not yet collected.
+which counts garbage not yet collected; an old generation that has not been collected yet counts
+as it stands (all of it may be live).
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ class HeapProbe:
         ]
 
     def read(self) -> tuple[int, int]:
-        live = sum(pool.getCollectionUsage().getUsed() for pool in self._pools)
+        live = 0
+        for pool in self._pools:
+            after_gc = pool.getCollectionUsage().getUsed()
+            old = any(word in str(pool.getName()) for word in ("Old", "Tenured"))
+            live += after_gc or (pool.getUsage().getUsed() if old else 0)
         return int(live), int(self._runtime.maxMemory())
 
 

@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..durations import named_duration
 from ..figures import cores_text, num
 from ..operators import batch_seconds, measured_as
 from .capacity import Estimate
@@ -43,8 +44,28 @@ ROWS_PER_SECOND_PER_CORE = {
     ("deduplication", "rocksdb"): 24_700.0,
     ("stream_stream_join", "hdfs"): 11_800.0,
     ("stream_stream_join", "rocksdb"): 5_170.0,
-    ("custom_state", "rocksdb"): 120.0,
 }
+
+
+@dataclass(frozen=True)
+class KeyCallCosts:
+    """What a batch of an operator that calls Python once per key costs one core: a fixed part, a
+    part per key called (a key with events, and again a key whose session ends) and a part per row."""
+
+    batch_seconds: float
+    key_call_seconds: float
+    row_seconds: float
+
+
+# custom_state (transformWithStateInPandas), fitted over runs of 500 and 2,000 rows a batch and 100
+# to 4,000 keys called, at steady state (as many sessions ending as starting), on one pinned core,
+# local[1], 2 partitions (benchmarks/key_call_costs.py, results in benchmarks/results/key_call_costs.md,
+# pyspark 4.2.1): 1.04 s a batch + 1.54 ms per key called. A part per row did not show beside the
+# calls (it fitted below zero). So its rows per core follow the keys a batch holds: 100 keys that
+# come back every batch cost a core 0.12 s of every 10, every event its own key 3.1 s per 1,000 events.
+KEY_CALL_COSTS = {"custom_state": KeyCallCosts(1.039, 0.001544, 0.0)}
+KEY_CALL_MEASURED_BY = "benchmarks/key_call_costs.py on pyspark 4.2.1, one pinned core"
+
 # Spark's own microbenchmark of a put (StateStoreBasicOperationsBenchmark, results for JDK 17 in
 # Spark's repository): the store alone, no query around it.
 STORE_PUT_US = {"hdfs": 0.85, "rocksdb": 3.6}
@@ -67,10 +88,47 @@ class CoreAdvice:
 
 
 def per_core(operator: str, provider: str) -> float:
-    """Rows per second one core holds (an operator not measured: the one standing in for it);
-    custom_state runs on RocksDB only."""
+    """Rows per second one core holds (an operator not measured: the one standing in for it), every
+    event its own key; custom_state runs on RocksDB only."""
     measured = measured_as(operator)
+    costs = KEY_CALL_COSTS.get(measured)
+    if costs is not None:  # at the default 10 s batch, each key called twice: its event, its session's end
+        batch_s = batch_seconds(DEFAULT_BATCH)
+        return (batch_s - costs.batch_seconds) / (2 * costs.key_call_seconds + costs.row_seconds) / batch_s
     return ROWS_PER_SECOND_PER_CORE.get((measured, provider)) or ROWS_PER_SECOND_PER_CORE[(measured, "rocksdb")]
+
+
+DEFAULT_BATCH = "10 seconds"  # settings.yaml's trigger
+
+
+def key_call_share(part: Estimate, costs: KeyCallCosts) -> tuple[float, str]:
+    """The cores an operator that calls Python per key keeps busy: its batch's cost on one core over the
+    batch's length, with the keys a batch holds taken from the answers."""
+    batch_s = batch_seconds(str(part.shape.get("trigger") or DEFAULT_BATCH)) or batch_seconds(DEFAULT_BATCH)
+    rate = part.input_rows_per_second
+    rows = rate * batch_s
+    cardinality = part.shape.get("key_cardinality")
+    keys = rows if cardinality is None else min(float(cardinality), rows)  # type: ignore[arg-type]
+    # A key seen again only after its session timed out is called again when it ends: every key, when
+    # each event is its own; none, when a key comes back within the timeout.
+    timeout = part.shape.get("session_timeout") or part.shape.get("state_timeout")
+    revisit_s = None if cardinality is None else float(cardinality) / rate  # type: ignore[arg-type]
+    ending = (
+        keys
+        if revisit_s is None or (timeout is not None and revisit_s > named_duration("timeout", str(timeout)))
+        else 0.0
+    )
+    calls = keys + ending
+    seconds = costs.batch_seconds + costs.key_call_seconds * calls + costs.row_seconds * rows
+    share = seconds / batch_s
+    line = (
+        f"{part.operator}: a {num(batch_s)} s batch of {num(rows)} rows calls Python for {num(calls)} keys"
+        f" ({num(keys)} with events{f', {num(ending)} sessions ending' if ending else ''}): {costs.batch_seconds:.2f} s"
+        f" + {num(calls)} x {costs.key_call_seconds * 1e3:.3f} ms"
+        + (f" + {num(rows)} x {costs.row_seconds * 1e3:.3f} ms" if costs.row_seconds else "")
+        + f" = {seconds:,.2f} s of one core every {num(batch_s)} s = {share:.2f} cores busy ({KEY_CALL_MEASURED_BY})"
+    )
+    return share, line
 
 
 def measured_trigger(operator: str) -> str:
@@ -94,6 +152,12 @@ def advise(sizing: Estimate, provider: str, trigger: str | None = None) -> CoreA
     busy = 0.0
     lines = []
     for part in sizing.operators:
+        costs = KEY_CALL_COSTS.get(measured_as(part.operator))
+        if costs is not None:
+            share, line = key_call_share(part, costs)
+            busy += share
+            lines.append(line)
+            continue
         rate, holds = operator_rate(part), per_core(part.operator, provider)
         busy += rate / holds
         lines.append(

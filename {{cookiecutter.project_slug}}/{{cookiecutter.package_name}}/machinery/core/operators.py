@@ -232,12 +232,7 @@ def _custom_state_rows(
     # fires only between batches: one batch more.
     timeout_s = named_duration("session_timeout", session_timeout)
     batch_s = batch_seconds(trigger)
-    events = round(rate * (timeout_s + watermark_s + batch_s))
-    if key_cardinality is None:
-        keys, why = events, "key cardinality unknown: every event a new key"
-    else:
-        require_positive("key_cardinality", key_cardinality)
-        keys, why = min(int(key_cardinality), events), f"min({num(key_cardinality)} keys, {num(events)} events)"
+    keys, why = _keys(key_cardinality, round(rate * (timeout_s + watermark_s + batch_s)))
     return keys, (
         f"active keys within timeout {num(timeout_s)} s + watermark {num(watermark_s)} s + one batch {num(batch_s)} s"
         f" at {num(rate)} rows/s ({why}) = {num(keys)} rows"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..core.figures import human_bytes
-from ..core.sizing.memory import heap_for_state, memory_setting, parse_memory
+from ..core.sizing.memory import memory_setting, parse_memory
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,7 +53,7 @@ def start_warning(settings: Settings, sizing: Estimate | None, probe: HeapProbe 
     """One line when the heap the state will live in is smaller than the HDFS-backed state needs."""
     if sizing is None or settings.state_store.provider != "hdfs":
         return None
-    needed = heap_for_state(sizing.executor_state_bytes)
+    needed = sizing.executor_heap_bytes
     if probe is not None:
         have, where = probe.read()[1], "the driver's heap (spark.driver_memory; a local run's executors are the driver)"
         fix = f"raise spark.driver_memory to {memory_setting(needed)}"
@@ -77,7 +77,7 @@ def out_of_memory_line(settings: Settings, sizing: Estimate | None, heap_max: in
     heap = f"{human_bytes(heap_max)} heap" if heap_max else f"heap (spark.driver_memory {settings.spark.driver_memory})"
     store = settings.state_store.provider
     if sizing is not None and store == "hdfs":
-        needed = heap_for_state(sizing.executor_state_bytes)
+        needed = sizing.executor_heap_bytes
         state = f"the HDFS-backed state, estimated at {human_bytes(sizing.executor_state_bytes)} per executor"
         fix = (
             f"set spark.driver_memory (on a cluster spark.executor.memory) to {memory_setting(needed)} or more and start"

@@ -350,11 +350,16 @@ def rows_changed_per_batch(rows: int, rate: float, inputs: dict[str, object], tr
     """The rows one batch writes to the state and deletes from it at steady state: a row per event (at
     most every row), and as many deleted as added. An available_now batch is as large as the backlog,
     unknown here: the default trigger's batch stands in."""
-    seconds = batch_seconds(str(trigger or DEFAULT_TRIGGER)) or batch_seconds(DEFAULT_TRIGGER)
+    seconds = steady_batch_seconds(trigger)
     joined = "join_range" in inputs  # a join's batch brings both sides' events
     right_rate = float(inputs["join_input_rows_per_second"] or rate) if joined else 0.0  # type: ignore[arg-type]
     events = (rate + right_rate) * seconds
     return round(2 * min(events, rows))
+
+
+def steady_batch_seconds(trigger: object) -> float:
+    """The event time a batch covers, the default trigger's for available_now (whose batch is the backlog)."""
+    return batch_seconds(str(trigger or DEFAULT_TRIGGER)) or batch_seconds(DEFAULT_TRIGGER)
 
 
 def unmerged_flush_bytes(costs: store_costs.StoreCosts, changed: int, state_bytes_per_row: int) -> float:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ..durations import named_duration
 from ..figures import cores_text, num
 from ..operators import batch_seconds, measured_as
-from .capacity import Estimate
+from .capacity import Estimate, steady_batch_seconds
 
 # Headroom: at the answered rate the cores are busy at most this share of the time, so that a slower
 # batch (a GC pause, a compaction, a burst of input) is caught up with instead of piling up.
@@ -93,18 +93,15 @@ def per_core(operator: str, provider: str) -> float:
     measured = measured_as(operator)
     costs = KEY_CALL_COSTS.get(measured)
     if costs is not None:  # at the default 10 s batch, each key called twice: its event, its session's end
-        batch_s = batch_seconds(DEFAULT_BATCH)
+        batch_s = steady_batch_seconds(None)
         return (batch_s - costs.batch_seconds) / (2 * costs.key_call_seconds + costs.row_seconds) / batch_s
     return ROWS_PER_SECOND_PER_CORE.get((measured, provider)) or ROWS_PER_SECOND_PER_CORE[(measured, "rocksdb")]
-
-
-DEFAULT_BATCH = "10 seconds"  # settings.yaml's trigger
 
 
 def key_call_share(part: Estimate, costs: KeyCallCosts) -> tuple[float, str]:
     """The cores an operator that calls Python per key keeps busy: its batch's cost on one core over the
     batch's length, with the keys a batch holds taken from the answers."""
-    batch_s = batch_seconds(str(part.shape.get("trigger") or DEFAULT_BATCH)) or batch_seconds(DEFAULT_BATCH)
+    batch_s = steady_batch_seconds(part.shape.get("trigger"))
     rate = part.input_rows_per_second
     rows = rate * batch_s
     cardinality = part.shape.get("key_cardinality")

@@ -183,10 +183,7 @@ def watch_prometheus(tmp_path: Path, port: int) -> tuple[subprocess.Popen, list[
     return process, streaming, output
 
 
-# Secondary (make test-all runs it): py4j's own logger can print a traceback from the listener's
-# thread as the JVM exits, beside the one line; until that is silenced the proof is not reliable in CI.
 @pytest.mark.faults
-@pytest.mark.secondary
 def test_a_heap_too_small_for_the_state_is_warned_and_its_out_of_memory_ends_in_one_line(tmp_path):
     # The default answers' state (6.7M rows of a windowed count, every event its own key) on the
     # HDFS-backed store, in a 600 MiB heap: 300,000 events a batch fill it within a few batches.

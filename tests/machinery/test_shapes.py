@@ -25,11 +25,13 @@ from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.endpoints.output import read_output
 from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS
 from stream_job.machinery.job.query_plan import checked_plan
+from stream_job.machinery.operations.inspection import operator_names
 
 from .conftest import (
     BAKED_OPERATOR,
     DEFAULT_OPERATOR,
     committed_batches,
+    deep_merge,
     edited_query,
     files_job,
     final_watermark,
@@ -56,15 +58,16 @@ START = '''    """Events per key and tumbling window; a window's state is droppe
 '''
 EVENTS = 'wanted(events, query).withWatermark("event_time", query.watermark)'
 
-PANDAS_STATE = """
+
+# applyInPandasWithState: a running count per key, emitted at each call; a key is dropped once the
+# watermark passes its newest event plus 2 s (an event-time timeout).
+RUNNING_COUNTS = """
     import pandas as pd
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    def track(key, frames, state):
+    def count(key, frames, state):
         if state.hasTimedOut:
-            (seen,) = state.get
             state.remove()
-            yield pd.DataFrame({"key": [key[0]], "events": [seen]})
             return
         seen, newest = state.get[0] if state.exists else 0, None
         for frame in frames:
@@ -72,9 +75,10 @@ PANDAS_STATE = """
             newest = max(frame["event_time"].max(), newest or frame["event_time"].max())
         state.update((seen,))
         state.setTimeoutTimestamp(int(newest.timestamp() * 1000) + 2000)
+        yield pd.DataFrame({"key": [key[0]], "newest": [newest], "events": [seen]})
 
     return EVENTS.groupBy("key").applyInPandasWithState(
-        track, "key string, events long", "events long", "append", GroupStateTimeout.EventTimeTimeout
+        count, "key string, newest timestamp, events long", "events long", "append", GroupStateTimeout.EventTimeTimeout
     )
 """
 
@@ -129,7 +133,7 @@ SHAPES = {
         {"state_horizon": f"{BATCHES} seconds"},
     ),
     "applyInPandasWithState, event-time timeout": (
-        PANDAS_STATE,
+        RUNNING_COUNTS,
         UNIQUE_KEYS,
         "applyInPandasWithState",
         "parquet",
@@ -177,7 +181,7 @@ def batches(stdout: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_each_shape_restarts_and_keeps_the_rows_the_estimate_says(tmp_path, shape):
+def test_each_shape_restarts_and_keeps_the_rows_the_estimate_says(spark, tmp_path, shape):
     code, keys, spark_name, sink, capacity = SHAPES[shape]
     settings_path = shape_settings(tmp_path, keys, sink, capacity)
     body = code.replace("EVENTS", EVENTS)
@@ -191,6 +195,9 @@ def test_each_shape_restarts_and_keeps_the_rows_the_estimate_says(tmp_path, shap
         sizing = settings.sizing(checked_plan(settings), trigger="1 second")
     metadata = (tmp_path / "checkpoint" / "state" / "0" / "_metadata" / "metadata").read_text()
     assert f'"operatorName":"{spark_name}"' in metadata
+    # The tools (inspect, savepoint, --key) name the checkpoint's operator as the plan does.
+    held = spark.read.format("state-metadata").load(str(tmp_path / "checkpoint")).collect()
+    assert list(operator_names(str(tmp_path / "checkpoint"), held).values()) == [sizing.operator]
     assert "refused" not in again.stderr and "changed" not in again.stderr, again.stderr
     rows = [event["state_rows"] for event in batches(first.stdout)]
     assert len(rows) >= BATCHES - 1, first.stdout
@@ -204,22 +211,100 @@ def test_each_shape_restarts_and_keeps_the_rows_the_estimate_says(tmp_path, shap
     assert abs(sizing.rows - spark_rows) <= ROWS_TOLERANCE * spark_rows, (sizing.rows, spark_rows, sizing.rows_working)
 
 
-# The shapes whose output is deterministic, each with the column that ends its window or session: a
-# row is emitted once the watermark passes it. On the files job's input (test_exactly_once's: 6
-# files of 2 minutes, 4 keys in turn, an event every 3 s) a 5-second gap makes a session per event.
+# The oracle of each shape killed mid-batch: what the run's output (or state) must be after the restart,
+# from the same query on all the events as a batch job (`expected`). On the files job's input
+# (test_exactly_once's: 6 files of 2 minutes, 4 keys in turn, an event every 3 s) a 5-second gap
+# makes a session per event.
+def rows_the_watermark_passed(end: str):
+    """A window or session is emitted once, final, when the watermark passes its `end`."""
+
+    def check(spark, settings, expected, checkpoint):
+        expected = expected.where(F.col(end) <= F.lit(final_watermark(spark, settings)))
+        assert expected.count() > 0
+        assertDataFrameEqual(read_output(spark, settings.sink), expected)
+
+    return check
+
+
+def every_row_at_once(spark, settings, expected, checkpoint):
+    """Deduplication emits each first row in the batch that reads it."""
+    assertDataFrameEqual(read_output(spark, settings.sink), expected)
+
+
+def counts_in_the_state(spark, settings, expected, checkpoint):
+    """An update-mode count has no final output to compare (the console's): its state, read with Spark's
+    statestore reader, holds the batch job's count per key, neither an event lost nor counted twice."""
+    state = spark.read.format("statestore").load(str(checkpoint))
+    assertDataFrameEqual(state.select("key.key", "value.*").toDF("key", "events"), expected)
+
+
+def the_first_rows(spark, settings, expected, checkpoint):
+    """A limit emits its rows once: the first file's 40 events (batch 0), then 10 of the second file's."""
+    output, events = read_output(spark, settings.sink), read_events_batch(spark, settings.source.files.path)
+    assert output.count() == output.select("event_id").distinct().count() == LIMIT
+    assert output.join(events, "event_id", "left_anti").count() == 0  # every row an input event
+    first_file = events.where(F.input_file_name().endswith("events-0000.json"))
+    assert first_file.join(output, "event_id", "left_anti").count() == 0, "batch 0's rows are all emitted"
+
+
+def counts_never_twice(spark, settings, expected, checkpoint):
+    """applyInPandasWithState emits a key's running count at each call: no row twice, and each count is
+    the key's events up to its newest, so a batch replayed after the kill counted nothing twice."""
+    output = read_output(spark, settings.sink)
+    events = read_events_batch(spark, settings.source.files.path)
+    assert output.count() == output.distinct().count() > 0
+    counted = output.alias("o").join(
+        events.alias("e"), (F.col("o.key") == F.col("e.key")) & (F.col("e.event_time") <= F.col("o.newest"))
+    )
+    recount = counted.groupBy("o.key", "o.newest", "o.events").agg(F.count(F.lit(1)).alias("input"))
+    assert recount.where(F.col("events") != F.col("input")).count() == 0
+    assert recount.count() == output.count()
+    # Nothing lost: each key's last count is all its events.
+    assertDataFrameEqual(output.groupBy("key").agg(F.max("events").alias("events")), expected)
+
+
+LIMIT = 50
+
+
+def events_per_key(events):
+    return events.groupBy("key").agg(F.count(F.lit(1)).alias("events"))
+
+
+UPDATES_TO_THE_CONSOLE = {"sink": {"type": "console", "output_mode": "update"}}
+
+# name -> (the body's code, the oracle, the batch job the oracle holds it to when not the query
+# itself, settings changes)
 KILLED = {
     "session window": (
         'return EVENTS.groupBy(F.session_window("event_time", "5 seconds").alias("session"), "key")'
         '.agg(F.count(F.lit(1)).alias("events"))'
         '.select(F.col("session.start").alias("session_start"), F.col("session.end").alias("session_end"), "key", "events")',
-        "session_end",
+        rows_the_watermark_passed("session_end"),
+        None,
+        {},
     ),
     "sliding window": (
         'return EVENTS.groupBy(F.window("event_time", "1 minute", "20 seconds").alias("window"), "key")'
         '.agg(F.count(F.lit(1)).alias("events"))'
         '.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "events")',
-        "window_end",
+        rows_the_watermark_passed("window_end"),
+        None,
+        {},
     ),
+    "dropDuplicates with the event time": (
+        'return EVENTS.dropDuplicates(["event_id", "event_time"])',
+        every_row_at_once,
+        None,
+        {},
+    ),
+    "aggregation without a window": (
+        'return EVENTS.groupBy("key").agg(F.count(F.lit(1)).alias("events"))',
+        counts_in_the_state,
+        None,
+        UPDATES_TO_THE_CONSOLE,
+    ),
+    "limit": (f"return EVENTS.limit({LIMIT})", the_first_rows, None, {}),
+    "applyInPandasWithState": (RUNNING_COUNTS, counts_never_twice, events_per_key, {}),
 }
 
 
@@ -228,9 +313,10 @@ KILLED = {
 def test_a_shape_killed_mid_batch_restarts_to_the_batch_computation(
     spark, make_settings, write_settings, tmp_path, shape
 ):
-    code, end = KILLED[shape]
-    edits = {START: START + "    " + code.replace("EVENTS", EVENTS) + "\n"}
-    changes = files_job(tmp_path, "parquet", "rocksdb", changelog=True)
+    code, check, batch_job, changes = KILLED[shape]
+    body = code.replace("EVENTS", EVENTS)
+    edits = {START: START + ("" if body.startswith("\n") else "    ") + body + "\n"}
+    changes = deep_merge(files_job(tmp_path, "parquet", "rocksdb", changelog=True), changes)
     path = write_settings(changes)
     settings = make_settings(changes)
     checkpoint = Path(settings.query.checkpoint_location)
@@ -243,9 +329,6 @@ def test_a_shape_killed_mid_batch_restarts_to_the_batch_computation(
         restart = run_main("--settings", str(path))
         assert restart.returncode == 0, restart.stderr[-3000:]
         events = read_events_batch(spark, settings.source.files.path)
-        expected = user_query().stateful_query(events, settings.query)
+        expected = user_query().stateful_query(events, settings.query) if batch_job is None else batch_job(events)
     assert f"batch {in_flight}:" in restart.stdout
-    # The same query on all the events as a batch job, the rows the final watermark has passed.
-    expected = expected.where(F.col(end) <= F.lit(final_watermark(spark, settings)))
-    assert expected.count() > 0
-    assertDataFrameEqual(read_output(spark, settings.sink), expected)
+    check(spark, settings, expected, checkpoint)

@@ -500,6 +500,20 @@ BY_SPARK_NAME["transformWithStateInPySparkExec"] = "custom_state"
 BY_PLAN_NODE = {op.plan_node: op.name for op in OPERATORS.values() if op.plan_node != "Aggregate"}
 
 
+def held_operator(spark_name: str, key_schema: dict | None) -> str:
+    """Ours for an operator a checkpoint holds, given the key schema of its state when known: Spark
+    writes `stateStoreSave` for an aggregation with and without a window; a window is in the key as a
+    struct of start and end, whatever its column is called."""
+    name = BY_SPARK_NAME.get(spark_name, spark_name)
+    if spark_name != OPERATORS["aggregation"].spark_name or key_schema is None:
+        return name
+    windowed = any(
+        isinstance(column["type"], dict) and {f["name"] for f in column["type"].get("fields", [])} == {"start", "end"}
+        for column in key_schema.get("fields", [])
+    )
+    return "windowed_aggregation" if windowed else "aggregation"
+
+
 def measured_as(name: str) -> str:
     """The operator whose measured costs stand for `name`'s: its own when measured."""
     return OPERATORS[name].costs_like or name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import sys
@@ -113,12 +114,24 @@ def _text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def quiet_py4j_threads() -> None:
+    """py4j logs from its own threads (the one that calls the job's progress listener) when the JVM goes
+    away under them, a traceback printed by logging's last resort beside the job's one-line end (an
+    out-of-memory exit, a kill). The job names the cause itself; py4j's loggers keep their records to
+    a handler of their own (none) instead of the console. A user's logging.config can still attach one."""
+    py4j = logging.getLogger("py4j")
+    if not py4j.handlers:
+        py4j.addHandler(logging.NullHandler())
+        py4j.propagate = False
+
+
 def build_session(
     settings: Settings, with_connectors: bool = True, also: Mapping[str, str] | None = None
 ) -> SparkSession:
     """The job's SparkSession, configured from settings (without connector JARs for reading output), with
     the confs `also` beside them."""
     require_java()
+    quiet_py4j_threads()
     builder = SparkSession.builder.appName(settings.spark.app_name)
     # spark-submit always decides the master (its default is local[*]); settings apply to `python main.py`.
     if not launched_by_spark_submit():

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint.files import local_checkpoint
 from .change_feed import CHANGES, FeedPlan, feed_plan, read_feed
-from .inspection import InspectError, state_partitions
-from .key_lookup import operator_names
+from .inspection import InspectError, operator_names, state_partitions
 from .state_reader import has_feed, store_name, stores_of
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
@@ -48,7 +47,7 @@ def count_changes(spark: SparkSession, location: str, metadata: list[Any], batch
     plan = feed_plan(spark, location, metadata, batch, partitions)
     if plan.first is None:
         raise InspectError(f"--changes: {location}: {plan.why_not}; inspect --key reads one batch at a time instead")
-    names = operator_names(metadata)
+    names = operator_names(location, metadata)
     batches = [BatchChanges(batch_id) for batch_id in range(plan.first, batch + 1)]
     for options in filter(has_feed, stores_of(metadata)):
         counts = _counts(spark, location, options, plan)

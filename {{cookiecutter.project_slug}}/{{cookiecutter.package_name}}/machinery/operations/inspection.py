@@ -19,9 +19,10 @@ from ..core.checkpoint.files import (
     highest_numbered,
     latest_offsets,
     local_checkpoint,
+    operator_schemas,
 )
 from ..core.confs import PARTITIONS_CONF, PROVIDER_CONF, provider_name
-from ..core.operators import BY_SPARK_NAME
+from ..core.operators import held_operator
 from ..core.sizing import capacity
 from .state_reader import (
     TIMERS,
@@ -36,8 +37,6 @@ from .state_reader import (
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import SparkSession
-
-OPERATOR_NAMES = BY_SPARK_NAME
 
 
 class InspectError(Exception):
@@ -68,16 +67,13 @@ class StoreRows:
 class OperatorState:
     operator_id: int
     spark_name: str
+    operator: str  # ours (operators.held_operator), else Spark's name
     partitions: int
     min_batch_id: int
     max_batch_id: int
     stores: list[StoreRows] = field(default_factory=list)
     # Every file under the operator's partition folders: all retained versions, not one batch.
     disk_bytes_per_partition: list[int] | None = None
-
-    @property
-    def operator(self) -> str:
-        return OPERATOR_NAMES.get(self.spark_name, self.spark_name)
 
     @property
     def rows(self) -> int:
@@ -158,12 +154,15 @@ def inspect_checkpoint(
     _, provider = facts
     local = local_checkpoint(location)
     metadata, batch = state_metadata(spark, location, facts, batch_id)
+    names = operator_names(location, metadata)
     operators: dict[int, OperatorState] = {}
     for row in metadata:
         partitions = state_partitions(local, batch, row.numPartitions)
         operator = operators.setdefault(
             row.operatorId,
-            OperatorState(row.operatorId, row.operatorName, partitions, row.minBatchId, row.maxBatchId),
+            OperatorState(
+                row.operatorId, row.operatorName, names[row.operatorId], partitions, row.minBatchId, row.maxBatchId
+            ),
         )
         try:
             operator.stores += _read_stores(spark, location, batch, row, partitions)
@@ -179,6 +178,17 @@ def inspect_checkpoint(
                 local / "state" / str(operator.operator_id), operator.partitions
             )
     return Inspection(location, provider, batch, sorted(operators.values(), key=lambda o: o.operator_id))
+
+
+def operator_names(location: str, metadata: list[Any]) -> dict[int, str]:
+    """Each operator id's name: ours where the machinery knows the operator, else Spark's. The key schema
+    tells the two aggregations apart; a checkpoint off the local file system leaves that to Spark's name."""
+    local = local_checkpoint(location)
+    names = {}
+    for row in metadata:
+        schemas = None if local is None else operator_schemas(local, row.operatorId)
+        names[row.operatorId] = held_operator(row.operatorName, schemas[0].key if schemas else None)
+    return names
 
 
 def state_metadata(

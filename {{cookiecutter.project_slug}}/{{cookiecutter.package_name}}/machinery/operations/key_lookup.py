@@ -19,9 +19,9 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint.files import batch_metadata, local_checkpoint
-from ..core.operators import BY_SPARK_NAME, operator
+from ..core.operators import OPERATORS, operator
 from .change_feed import CHANGES, TIMERS_WITHOUT_FEED, FeedPlan, feed_plan, read_feed
-from .inspection import state_partitions
+from .inspection import operator_names, state_partitions
 from .state_reader import has_feed, read_store, store_name, stores_of
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
@@ -90,7 +90,7 @@ def find_key(spark: SparkSession, location: str, metadata: list[Any], batch: int
         if not all(has_feed(options) for options in stores_of(metadata)):
             lookup.read += f" (timers at batch {batch} only: {TIMERS_WITHOUT_FEED})"
     if lookup.rows:
-        held_until = _rules(metadata, {row.operator for row in lookup.rows})
+        held_until = _rules(operator_names(location, metadata), {row.operator for row in lookup.rows})
         latest = max(time for row in lookup.rows for time in row.times) if any(r.times for r in lookup.rows) else None
         stores = ", ".join(sorted({_where(row, metadata) for row in lookup.rows}))
         carries = f"; the latest time it carries is {latest}" if latest else ""
@@ -99,7 +99,7 @@ def find_key(spark: SparkSession, location: str, metadata: list[Any], batch: int
             f" {held_until}"
         )
         return lookup
-    held_until = _rules(metadata, None)
+    held_until = _rules(operator_names(location, metadata), None)
     if plan.first is not None and lookup.history is not None:
         oldest = plan.first
         lookup.last_held_batch = _last_held(lookup.history)
@@ -130,7 +130,7 @@ def find_key(spark: SparkSession, location: str, metadata: list[Any], batch: int
 
 
 def _rows_with_key(spark: SparkSession, location: str, metadata: list[Any], batch: int, key: str) -> list[KeyRow]:
-    names = operator_names(metadata)
+    names = operator_names(location, metadata)
     rows = []
     for options in stores_of(metadata):
         state = read_store(spark, location, options, batch)
@@ -148,7 +148,7 @@ def _rows_with_key(spark: SparkSession, location: str, metadata: list[Any], batc
 
 def _history(spark: SparkSession, location: str, metadata: list[Any], plan: FeedPlan, key: str) -> list[KeyChange]:
     """Every put and delete of a row holding `key` over the plan's batches: one read per store."""
-    names = operator_names(metadata)
+    names = operator_names(location, metadata)
     changes = []
     for options in filter(has_feed, stores_of(metadata)):
         feed = read_feed(spark, location, options, plan)
@@ -194,22 +194,17 @@ def _last_held(history: list[KeyChange]) -> int | None:
     return last
 
 
-def operator_names(metadata: list[Any]) -> dict[int, str]:
-    """Each operator id's name: ours where the machinery knows the operator, else Spark's."""
-    return {row.operatorId: BY_SPARK_NAME.get(row.operatorName, row.operatorName) for row in metadata}
-
-
-def _rules(metadata: list[Any], holding: set[str] | None) -> str:
+def _rules(operators: dict[int, str], holding: set[str] | None) -> str:
     """How long each operator (of those holding the key, or all) keeps a state row, in its own rule."""
-    names = dict.fromkeys(operator_names(metadata).values())
-    rules = [f"{name}: {operator(name).held_until}" for name in names if name in BY_SPARK_NAME.values()]
+    names = dict.fromkeys(operators.values())
+    rules = [f"{name}: {operator(name).held_until}" for name in names if name in OPERATORS]
     rules = [rule for rule in rules if holding is None or rule.split(":")[0] in holding]
     return rules[0].split(": ", 1)[1] if len(names) == 1 and rules else "; ".join(rules)
 
 
 def _where(row: KeyRow, metadata: list[Any]) -> str:
     """The store, with its operator when the query has several."""
-    return row.store if len(operator_names(metadata)) == 1 else _label(row)
+    return row.store if len({info.operatorId for info in metadata}) == 1 else _label(row)
 
 
 def _label(row: KeyRow) -> str:

@@ -22,6 +22,7 @@ from stream_job.machinery.job.endpoints.output import read_output
 from .conftest import (
     BAKED_OPERATOR,
     DEFAULT_OPERATOR,
+    PROJECT_DIR,
     batch_expectation,
     clean_env,
     committed_batches,
@@ -43,6 +44,17 @@ KILL_DEADLINE_SECONDS = 240
 def logged_batches(checkpoint: Path) -> list[int]:
     offsets = checkpoint / "offsets"
     return sorted(int(path.name) for path in offsets.iterdir() if path.name.isdigit()) if offsets.is_dir() else []
+
+
+def crash_mid_batch(settings_path: Path, checkpoint: Path, log: Path, cwd: Path = PROJECT_DIR) -> int:
+    """Start the job as a process (in cwd, such as a project_copy), SIGKILL it mid-batch, and return the
+    batch it abandoned uncommitted."""
+    with open(log, "w") as output:
+        process = start_job(settings_path, output, cwd=cwd)
+        in_flight = kill_mid_batch(process, checkpoint)
+    assert process.returncode == -signal.SIGKILL
+    assert in_flight not in committed_batches(checkpoint)
+    return in_flight
 
 
 def kill_mid_batch(process: subprocess.Popen, checkpoint: Path, sent: int = signal.SIGKILL) -> int:
@@ -72,7 +84,8 @@ def kill_mid_batch(process: subprocess.Popen, checkpoint: Path, sent: int = sign
 # delta through Spark's own Delta sink (delta-spark, the default writer; the JARs of both from Maven
 # Central), which no operator changes, so it runs there alone. The other cases are secondary, since
 # what they add is proven elsewhere: the repeated kills of test_fault_injection crash the default
-# bake's query into parquet on each store at two kill points; a parquet sink's commit does not
+# bake's query into parquet on RocksDB at two kill points, and test_shapes kills every shape on the
+# HDFS-backed store; a parquet sink's commit does not
 # depend on the operator, nor a restored state on the sink it feeds; the deltalake writer's skip of a
 # replayed batch is test_delta_writer's.
 SECONDARY = pytest.mark.secondary
@@ -134,11 +147,7 @@ def test_sigkill_mid_batch_then_restart_loses_and_repeats_nothing(
     settings = make_settings(changes)
     checkpoint = Path(settings.query.checkpoint_location)
 
-    with open(tmp_path / "first-run.log", "w") as log:
-        process = start_job(path, log)
-        in_flight = kill_mid_batch(process, checkpoint)
-    assert process.returncode == -signal.SIGKILL
-    assert in_flight not in committed_batches(checkpoint)
+    in_flight = crash_mid_batch(path, checkpoint, tmp_path / "first-run.log")
 
     # The restart in a process where the connector JARs need one, else in-process on the shared session.
     restart = (

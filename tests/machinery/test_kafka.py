@@ -163,7 +163,7 @@ def test_wrong_credentials_are_one_line_and_start_nothing(kafka_broker, write_se
 
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        f"source error: source.kafka.bootstrap_servers {kafka_broker.sasl_bootstrap}: the broker refused the"
+        f"kafka error: source.kafka.bootstrap_servers {kafka_broker.sasl_bootstrap}: the broker refused the"
         " credentials of 'alice' (SCRAM-SHA-256, the password from $KAFKA_TEST_PASSWORD): Authentication failed"
         " during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256; check"
         " sasl_username, sasl_mechanism and the password in $KAFKA_TEST_PASSWORD"
@@ -179,13 +179,13 @@ def test_no_broker_and_no_topic_are_one_line_each_and_start_nothing(kafka_broker
 
     assert down.returncode == 2
     assert down.stderr.strip().splitlines()[-1] == (
-        f"source error: source.kafka.bootstrap_servers {nobody}: no broker answers there (nothing listens, or it is"
+        f"kafka error: source.kafka.bootstrap_servers {nobody}: no broker answers there (nothing listens, or it is"
         " not reachable within 5 s); start the broker (`make kafka-up` starts a local one) or fix the address"
     )
     assert missing.returncode == 2
     last = missing.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        f"source error: source.kafka.topic no-such-topic-x: no topic no-such-topic-x on {kafka_broker.bootstrap}"
+        f"kafka error: source.kafka.topic no-such-topic-x: no topic no-such-topic-x on {kafka_broker.bootstrap}"
         " (topics there: "
     )
     assert last.endswith("); create it, or fix the name")

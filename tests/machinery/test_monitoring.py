@@ -186,9 +186,9 @@ def watch_prometheus(tmp_path: Path, port: int) -> tuple[subprocess.Popen, list[
 @pytest.mark.faults
 def test_a_heap_too_small_for_the_state_is_warned_and_its_out_of_memory_ends_in_one_line(tmp_path):
     # The default answers' state (6.7M rows of a windowed count, every event its own key) on the
-    # HDFS-backed store, in a 600 MiB heap: 300,000 events a batch fill it within a few batches.
+    # HDFS-backed store, in a 520 MiB heap: 300,000 events a batch fill it within a few batches.
     changes = {
-        "spark": {"shuffle_partitions": 2, "master": "local[2]", "driver_memory": "600m"},
+        "spark": {"shuffle_partitions": 2, "master": "local[2]", "driver_memory": "520m"},
         "state_store": {"provider": "hdfs", "changelog_checkpointing": False},
         "source": {
             "type": "rate",

@@ -141,6 +141,16 @@ BAD_VALUES = [
     ),
     ({"source": {"kafka": {"bootstrap_servers": "a:1, b:2"}}}, "source.kafka.bootstrap_servers = 'a:1, b:2'"),
     (
+        {"sink": {"kafka": {"options": {"topic": "other"}}}},
+        "topic is managed by sink.kafka.topic",
+    ),
+    (
+        {"sink": {"kafka": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"}}},
+        "sink.kafka: security_protocol SASL_PLAINTEXT needs sasl_username, sasl_password_env",
+    ),
+    ({"sink": {"kafka": {"key_columns": []}}}, "sink.kafka.key_columns = []: List should have at least 1 item"),
+    ({"sink": {"kafka": {"topic": "a,b"}}}, "sink.kafka.topic = 'a,b': String should match pattern"),
+    (
         {"spark": {"conf": {"spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net": "c2VjcmV0"}}},
         "spark.conf: spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net would put a secret in settings.yaml;"
         " move it to spark.secret_conf, which names the environment variable holding the value",

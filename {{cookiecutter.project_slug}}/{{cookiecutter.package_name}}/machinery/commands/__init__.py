@@ -24,8 +24,8 @@ from ..core.contract import PACKAGE, QUERY_MODULE, ContractError, QueryCodeError
 from ..core.settings import SettingsError
 from ..core.text import first_line
 from ..job.connectors import ConnectorError
+from ..job.endpoints.kafka import KafkaEndpointError
 from ..job.endpoints.sinks import MissingPackageError
-from ..job.endpoints.sources import KafkaSourceError
 from ..job.heap import OutOfMemory
 from ..job.java import JavaError
 from ..job.query_plan import QueryRefused
@@ -55,7 +55,7 @@ REFUSALS: dict[type[Exception], tuple[str, int]] = {
     SavepointRefused: ("savepoint refused", EXIT_CHECKPOINT_DRIFT),
     SavepointMismatch: ("savepoint error", EXIT_CHECKPOINT_DRIFT),
     InspectError: ("inspect error", EXIT_BAD_INPUT),
-    KafkaSourceError: ("source error", EXIT_BAD_INPUT),
+    KafkaEndpointError: ("kafka error", EXIT_BAD_INPUT),
     OutputColumnsChanged: ("output error", EXIT_CHECKPOINT_DRIFT),
     ContractError: ("query error", EXIT_BAD_INPUT),
     QueryCodeError: ("query error", EXIT_BAD_INPUT),

@@ -74,7 +74,7 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held:
     from pyspark.errors import StreamingQueryException
 
     from ..job.connectors import require_connectors
-    from ..job.endpoints.sources import check_kafka_inputs, require_brokers
+    from ..job.endpoints.kafka import check_kafka_endpoints, require_brokers
     from ..job.runner import run_query, startup_line
     from ..job.schema_evolution import schema_refusal_advice
     from ..job.session import job_session
@@ -84,7 +84,7 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held:
         try:
             require_connectors(spark, settings)
             require_brokers(settings)
-            for remark in check_kafka_inputs(spark, settings):
+            for remark in check_kafka_endpoints(spark, settings):
                 print(f"source: {remark}", file=remarks_to, flush=True)
             run_query(spark, settings, args.max_batches, args.timeout, held=held)
         except StreamingQueryException as error:
@@ -224,7 +224,7 @@ def disk_full_advice(message: str, settings: Settings) -> list[str]:
     if "No space left on device" not in message:
         return []
     places = {"query.checkpoint_location": settings.query.checkpoint_location}
-    if settings.sink.type != "console":
+    if settings.sink.writes_files:
         places["sink.path"] = settings.sink.path
     lines = []
     for setting, location in places.items():

@@ -51,11 +51,12 @@ def kafka_connector_version(spark_version: str) -> str:
 
 def required_connectors(settings: Settings, spark_version: str = pyspark.__version__) -> list[Connector]:
     connectors = []
-    kafka_inputs = [section for section, source in settings.inputs.items() if source.type == "kafka"]
-    if kafka_inputs:
+    kafka_endpoints = [section for section, source in settings.inputs.items() if source.type == "kafka"]
+    kafka_endpoints += ["sink"] if settings.sink.type == "kafka" else []
+    if kafka_endpoints:
         connectors.append(
             Connector(
-                " and ".join(f"{section}.type kafka" for section in kafka_inputs),
+                " and ".join(f"{section}.type kafka" for section in kafka_endpoints),
                 f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{kafka_connector_version(spark_version)}",
                 "org.apache.spark.sql.kafka010.KafkaSourceProvider",
             )

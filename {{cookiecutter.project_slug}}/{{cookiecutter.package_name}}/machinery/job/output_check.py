@@ -54,7 +54,7 @@ def with_output(settings: Settings, held: CheckpointRead) -> CheckpointRead:
 def lost_output(settings: Settings, held: CheckpointRead) -> tuple[list[str], list[str]]:
     """(refusals, notes): committed output that is gone, one line each; a note where it cannot be told."""
     last = held.last_committed
-    output = None if settings.sink.type == "console" else local_checkpoint(settings.sink.path)
+    output = local_checkpoint(settings.sink.path) if settings.sink.writes_files else None
     if last is None or output is None:
         return [], []
     if settings.sink.type == "parquet":
@@ -94,7 +94,7 @@ def check_sink_log(log: SinkLog | None) -> None:
 def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
     """One line when the output holds batches past the last one the checkpoint logged, which the sink
     would skip as written (see the module's docstring); [] otherwise."""
-    output = None if settings.sink.type == "console" else local_checkpoint(settings.sink.path)
+    output = local_checkpoint(settings.sink.path) if settings.sink.writes_files else None
     if output is None:
         return []
     last = -1 if held.last_batch is None else held.last_batch

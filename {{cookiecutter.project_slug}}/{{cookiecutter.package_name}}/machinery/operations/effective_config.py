@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.settings import Settings
+from ..job.endpoints.sinks import kafka_sink_options
 from ..job.endpoints.sources import files_options, kafka_options
 from ..job.session import secret_confs, spark_confs, static_confs
 
@@ -29,8 +30,10 @@ def effective_configuration(settings: Settings, submitted: bool = False) -> dict
             options[section] = files_options(source.files)
         elif source.type == "kafka":
             options[section] = kafka_options(source.kafka, secrets)
+    sink = kafka_sink_options(settings.sink.kafka, secrets) if settings.sink.type == "kafka" else {}
     return {
         "settings": settings.model_dump(mode="json"),
         "spark_confs": dict(sorted(confs.items())),
         "source_options": options,
+        "sink_options": sink,
     }

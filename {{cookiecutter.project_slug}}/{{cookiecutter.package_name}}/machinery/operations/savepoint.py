@@ -105,7 +105,7 @@ def plan_create(settings: Settings, target: Path) -> Origin:
     if lost:
         raise SavepointRefused(lost[0])
     output = None
-    if settings.sink.type != "console":
+    if settings.sink.writes_files:
         output = local_checkpoint(settings.sink.path)
         if output is None:
             raise SavepointRefused(

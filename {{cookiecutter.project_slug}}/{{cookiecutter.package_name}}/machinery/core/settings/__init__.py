@@ -4,6 +4,8 @@ from .loading import DEFAULT_SETTINGS_FILE, load_settings, nearest_existing_fold
 from .model import (
     ENV_PREFIX,
     FilesSourceSettings,
+    KafkaConnection,
+    KafkaSinkSettings,
     KafkaSourceSettings,
     QuerySettings,
     RateSourceSettings,
@@ -17,6 +19,8 @@ __all__ = [
     "DEFAULT_SETTINGS_FILE",
     "ENV_PREFIX",
     "FilesSourceSettings",
+    "KafkaConnection",
+    "KafkaSinkSettings",
     "KafkaSourceSettings",
     "QuerySettings",
     "RateSourceSettings",

@@ -13,7 +13,7 @@ def overlapping_folders(settings: Settings) -> list[str]:
     another mixes their files, and Spark says nothing (a landing folder that is the output: every file
     landing there is ignored, since Spark reads a folder holding a sink's _spark_metadata log as that output)."""
     places = {"query.checkpoint_location": settings.query.checkpoint_location}
-    if settings.sink.type != "console":
+    if settings.sink.writes_files:
         places["sink.path"] = settings.sink.path
     for section, source in settings.inputs.items():
         if source.type == "files":

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, TextIO, get_args
 
 from pydantic import (
     AfterValidator,
@@ -275,17 +275,13 @@ class FilesSourceSettings(Section):
         return self
 
 
-class KafkaSourceSettings(Section):
+class KafkaConnection(Section):
+    """How the job reaches a Kafka cluster, as a source or as the sink: the address, the security, and
+    client options beside the ones the fields build (secrets by the environment variable's name)."""
+
     bootstrap_servers: str = Field(
         "localhost:9092", pattern=r"^[^\s,]+(,[^\s,]+)*$", description="host:port[,host:port...]"
     )
-    topic: str | None = Field("events", min_length=1, description="a topic name (or several, comma separated)")
-    topic_pattern: str | None = Field(None, min_length=1, description="a Java regular expression, or null")
-    starting_offsets: Literal["earliest", "latest"] = Field("earliest", description="earliest or latest")
-    max_offsets_per_trigger: int | None = Field(
-        None, gt=0, le=JAVA_LONG, description="a whole number of records per micro-batch greater than zero, or null"
-    )
-    fail_on_data_loss: bool = Field(True, description="true or false")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
     )
@@ -296,12 +292,19 @@ class KafkaSourceSettings(Section):
     sasl_password_env: str | None = Field(
         None, pattern=ENV_VAR_NAME, description="the NAME of the environment variable holding the password"
     )
-    options: dict[str, str] = Field(default_factory=dict, description="a mapping of extra Kafka source options")
+    options: dict[str, str] = Field(default_factory=dict, description="a mapping of extra Kafka client options")
     # Options whose values are secrets: option name -> NAME of the environment variable holding the value.
     secret_options: dict[str, Annotated[str, Field(pattern=ENV_VAR_NAME)]] = Field(
         default_factory=dict, description="a mapping of option names to environment variable NAMES"
     )
-    on_bad_record: OnBadRecord = Field("fail", description="fail or drop")
+
+    # Spark options the fields build (lower case -> the field), which `options` may not set behind their back.
+    MANAGED: ClassVar[dict[str, str]] = {
+        "kafka.bootstrap.servers": "bootstrap_servers",
+        "kafka.security.protocol": "security_protocol",
+        "kafka.sasl.mechanism": "sasl_mechanism",
+    }
+    SECTION: ClassVar[str] = "kafka"
 
     @field_validator("options")
     @classmethod
@@ -313,14 +316,12 @@ class KafkaSourceSettings(Section):
                     f"{key} would put a secret in settings.yaml; move it to secret_options, which names"
                     " the environment variable holding the value"
                 )
-            if lowered in MANAGED_KAFKA_OPTIONS:
-                raise ValueError(f"{key} is managed by source.kafka.{MANAGED_KAFKA_OPTIONS[lowered]}; set it there")
+            if lowered in cls.MANAGED:
+                raise ValueError(f"{key} is managed by {cls.SECTION}.{cls.MANAGED[lowered]}; set it there")
         return options
 
     @model_validator(mode="after")
-    def _one_subscription_and_complete_sasl(self) -> KafkaSourceSettings:
-        if (self.topic is None) == (self.topic_pattern is None):
-            raise ValueError("set exactly one of topic and topic_pattern (the other to null)")
+    def _complete_sasl(self) -> Self:
         sasl = {
             "sasl_mechanism": self.sasl_mechanism,
             "sasl_username": self.sasl_username,
@@ -339,18 +340,51 @@ class KafkaSourceSettings(Section):
                 )
         return self
 
+    def secrets(self, section: str) -> dict[str, str]:
+        """Setting -> the environment variable it names, for every secret this connection needs."""
+        needed = {f"{section}.kafka.secret_options.{key}": name for key, name in self.secret_options.items()}
+        if self.sasl_password_env is not None:
+            needed[f"{section}.kafka.sasl_password_env"] = self.sasl_password_env
+        return needed
 
-# Kafka source options that the fields above build; options may not set them behind their back.
-MANAGED_KAFKA_OPTIONS = {
-    "kafka.bootstrap.servers": "bootstrap_servers",
-    "subscribe": "topic",
-    "subscribepattern": "topic_pattern",
-    "startingoffsets": "starting_offsets",
-    "maxoffsetspertrigger": "max_offsets_per_trigger",
-    "failondataloss": "fail_on_data_loss",
-    "kafka.security.protocol": "security_protocol",
-    "kafka.sasl.mechanism": "sasl_mechanism",
-}
+
+class KafkaSourceSettings(KafkaConnection):
+    topic: str | None = Field("events", min_length=1, description="a topic name (or several, comma separated)")
+    topic_pattern: str | None = Field(None, min_length=1, description="a Java regular expression, or null")
+    starting_offsets: Literal["earliest", "latest"] = Field("earliest", description="earliest or latest")
+    max_offsets_per_trigger: int | None = Field(
+        None, gt=0, le=JAVA_LONG, description="a whole number of records per micro-batch greater than zero, or null"
+    )
+    fail_on_data_loss: bool = Field(True, description="true or false")
+    on_bad_record: OnBadRecord = Field("fail", description="fail or drop")
+
+    MANAGED: ClassVar[dict[str, str]] = {
+        **KafkaConnection.MANAGED,
+        "subscribe": "topic",
+        "subscribepattern": "topic_pattern",
+        "startingoffsets": "starting_offsets",
+        "maxoffsetspertrigger": "max_offsets_per_trigger",
+        "failondataloss": "fail_on_data_loss",
+    }
+    SECTION: ClassVar[str] = "source.kafka"
+
+    @model_validator(mode="after")
+    def _one_subscription(self) -> KafkaSourceSettings:
+        if (self.topic is None) == (self.topic_pattern is None):
+            raise ValueError("set exactly one of topic and topic_pattern (the other to null)")
+        return self
+
+
+class KafkaSinkSettings(KafkaConnection):
+    """The Kafka sink: each output row one record, its value the row as JSON, its key the key columns' JSON."""
+
+    topic: str = Field("results", min_length=1, pattern=r"^[A-Za-z0-9._-]+$", description="one topic name")
+    key_columns: list[str] = Field(
+        default_factory=lambda: ["key"], min_length=1, description="a list of the output's column names"
+    )
+
+    MANAGED: ClassVar[dict[str, str]] = {**KafkaConnection.MANAGED, "topic": "topic"}
+    SECTION: ClassVar[str] = "sink.kafka"
 
 
 class SourceSettings(Section):
@@ -367,13 +401,19 @@ class DeltaSinkSettings(Section):
 
 
 class SinkSettings(Section):
-    type: Literal["parquet", "delta", "console"] = Field(description="parquet, delta or console")
+    type: Literal["parquet", "delta", "console", "kafka"] = Field(description="parquet, delta, console or kafka")
     output_mode: Literal["append", "update"] = Field(
         "append", description="append or update (complete would keep every window's state forever)"
     )
     path: str = Field(f"output/{PACKAGE}", min_length=1, description="an output directory")
     console_rows: int = Field(20, gt=0, le=JAVA_INT, description="rows to print per batch, greater than zero")
     delta: DeltaSinkSettings = Field(default_factory=DeltaSinkSettings)
+    kafka: KafkaSinkSettings = Field(default_factory=KafkaSinkSettings)
+
+    @property
+    def writes_files(self) -> bool:
+        """Whether the output is files under sink.path (parquet, delta), which the job's checks read."""
+        return self.type in ("parquet", "delta")
 
     @property
     def delta_writer(self) -> str | None:
@@ -382,7 +422,7 @@ class SinkSettings(Section):
 
     @model_validator(mode="after")
     def _mode_fits_sink(self) -> SinkSettings:
-        if self.type in ("parquet", "delta") and self.output_mode != "append":
+        if self.writes_files and self.output_mode != "append":
             raise ValueError(
                 f"output_mode {self.output_mode} is not supported by the {self.type} sink, which only"
                 " appends rows; use output_mode append (or the console sink for update)"
@@ -656,8 +696,10 @@ class Settings(BaseSettings):
         problems = [problem for section, source in self.inputs.items() for problem in _input_problems(section, source)]
         problems += unset_secrets(self.spark.secret_conf_variables)
         problems += _write_problems("query.checkpoint_location", self.query.checkpoint_location)
-        if self.sink.type != "console":
+        if self.sink.writes_files:
             problems += _write_problems("sink.path", self.sink.path)
+        if self.sink.type == "kafka":
+            problems += unset_secrets(self.sink.kafka.secrets("sink"))
         return problems
 
     def sizing(self, plan: Sequence[PlanOperator] | None = None, **overrides: Any) -> Estimate:
@@ -754,11 +796,7 @@ def _input_problems(section: str, source: SourceSettings) -> list[str]:
         ]
     if source.type != "kafka":
         return []
-    kafka = source.kafka
-    needed = {f"{section}.kafka.secret_options.{key}": name for key, name in kafka.secret_options.items()}
-    if kafka.sasl_password_env is not None:
-        needed[f"{section}.kafka.sasl_password_env"] = kafka.sasl_password_env
-    return unset_secrets(needed)
+    return unset_secrets(source.kafka.secrets(section))
 
 
 def unset_secrets(needed: dict[str, str]) -> list[str]:

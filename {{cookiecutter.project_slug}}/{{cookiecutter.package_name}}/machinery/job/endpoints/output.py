@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from ...core.settings import SinkSettings
+from .kafka import connection_options
 
 
-def read_output(spark: SparkSession, sink: SinkSettings) -> DataFrame:
-    """The sink's committed rows. Parquet is read through _spark_metadata, so uncommitted files are ignored."""
+def read_output(spark: SparkSession, sink: SinkSettings, schema: StructType | None = None) -> DataFrame:
+    """The sink's committed rows. Parquet is read through _spark_metadata, so uncommitted files are ignored.
+    A Kafka topic holds every record produced, a batch replayed after a crash twice: its values are
+    parsed with `schema` (the query's output), or their JSON's own when none is given."""
+    if sink.type == "kafka":
+        options = {**connection_options(sink.kafka), "subscribe": sink.kafka.topic, "startingOffsets": "earliest"}
+        values = spark.read.format("kafka").options(**options).load().select(F.col("value").cast("string"))
+        if schema is None:
+            return spark.read.json(values.rdd.map(lambda row: row.value))
+        return values.select(F.from_json("value", schema).alias("row")).select("row.*")
     if sink.type == "delta":
         from deltalake import DeltaTable
 

@@ -12,24 +12,29 @@ in driver memory and the write does not scale out. The delta-spark writer has ne
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from ...core.checkpoint.path_records import json_line
 from ...core.durations import AVAILABLE_NOW
-from ...core.settings import QuerySettings, SinkSettings
+from ...core.settings import KafkaSinkSettings, QuerySettings, SettingsError, SinkSettings
+from .kafka import connection_options
 
 BIND_TIMEOUT_SECONDS = 60
 
 
 def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings, one_batch: bool = False) -> StreamingQuery:
     """Start the query; one_batch runs a single batch and ends (the unfinished batch first, if there is one)."""
+    records = kafka_records(result, sink.kafka) if sink.type == "kafka" else result
     writer = (
-        result.writeStream.queryName(query.name)
+        records.writeStream.queryName(query.name)
         .outputMode(sink.output_mode)
         .option("checkpointLocation", query.checkpoint_location)
     )
@@ -45,7 +50,31 @@ def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings, one
         started = writer.foreachBatch(batch_writer).start()
         batch_writer.bind(started.id)
         return started
+    if sink.type == "kafka":
+        # At least once: a batch replayed after a crash is produced again, the same keys and values.
+        return writer.format("kafka").options(**kafka_sink_options(sink.kafka)).start()
     return writer.format("console").option("numRows", sink.console_rows).option("truncate", "false").start()
+
+
+def kafka_sink_options(kafka: KafkaSinkSettings, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The Kafka sink options the settings build; secrets come from the environment variables named."""
+    return {**connection_options(kafka, environ), "topic": kafka.topic}
+
+
+def kafka_records(result: DataFrame, kafka: KafkaSinkSettings) -> DataFrame:
+    """Each output row as a Kafka record: its value the row as JSON, its key the key columns' JSON (so
+    that a compacted topic, or a consumer keeping the last value per key, reads each result once)."""
+    missing = [name for name in kafka.key_columns if name not in result.columns]
+    if missing:
+        raise SettingsError(
+            [
+                f"sink.kafka.key_columns {kafka.key_columns}: {', '.join(missing)} not among the query's output"
+                f" columns ({', '.join(result.columns)}); name the columns that identify a result row"
+            ]
+        )
+    return result.select(
+        F.to_json(F.struct(*kafka.key_columns)).alias("key"), F.to_json(F.struct(*result.columns)).alias("value")
+    )
 
 
 def _with_trigger(writer: DataStreamWriter, trigger: str) -> DataStreamWriter:

@@ -2,44 +2,24 @@
 
 The files and Kafka sources also check each row's event time (with_usable_event_time): a row without
 one, or with one far ahead of the processing time, is a bad record like one that does not parse.
-
-Before the query starts, a Kafka source's broker must answer, accept the credentials and have the
-topics. Spark's Kafka source meets none of these as an error of its own: with no broker it retries
-until a timeout deep inside the first batch, and a topic that does not exist is an empty input
-forever. So, once the connector is loaded, the job first connects to each address, then asks the
-broker for its topics once with Kafka's own AdminClient (from the connector's kafka-clients JAR,
-with the options the source gets, SASL included), and turns each case into one line naming the
-setting. It reads no record and commits nothing.
 """
 
 from __future__ import annotations
 
 import operator
 import os
-import re
-import socket
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import reduce
-from typing import Any
 
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ...core.contract import user_query
 from ...core.settings import FilesSourceSettings, KafkaSourceSettings, QuerySettings, RateSourceSettings, Settings
+from .kafka import connection_options
 from .schema_events import SchemaRolesError, roles, schema_events_from_rate
-
-CONNECT_TIMEOUT_SECONDS = 5
-ADMIN_TIMEOUT_SECONDS = 20
-JAAS_MODULES = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
-
 
 # How the error a row without a usable event time raises begins (commands/run.py finds it by this), and
 # the counts of such rows dropped, as each batch's observed metrics "<section>.event_time".
@@ -106,32 +86,14 @@ def read_files(spark: SparkSession, files: FilesSourceSettings, section: str, qu
 
 def kafka_options(kafka: KafkaSourceSettings, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The Kafka source options the settings build; secrets come from the environment variables named."""
-    options = {
-        "kafka.bootstrap.servers": kafka.bootstrap_servers,
-        "startingOffsets": kafka.starting_offsets,
-        "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
-        "kafka.security.protocol": kafka.security_protocol,
-    }
+    options = {"startingOffsets": kafka.starting_offsets, "failOnDataLoss": str(kafka.fail_on_data_loss).lower()}
     if kafka.topic is not None:
         options["subscribe"] = kafka.topic
     else:
         options["subscribePattern"] = str(kafka.topic_pattern)
     if kafka.max_offsets_per_trigger is not None:
         options["maxOffsetsPerTrigger"] = str(kafka.max_offsets_per_trigger)
-    if kafka.sasl_mechanism is not None:
-        options["kafka.sasl.mechanism"] = kafka.sasl_mechanism
-        password = environ[str(kafka.sasl_password_env)]
-        options["kafka.sasl.jaas.config"] = (
-            f'{JAAS_MODULES[kafka.sasl_mechanism]} required username="{_jaas_quote(str(kafka.sasl_username))}"'
-            f' password="{_jaas_quote(password)}";'
-        )
-    options.update(kafka.options)
-    options.update({key: environ[name] for key, name in kafka.secret_options.items()})
-    return options
-
-
-def _jaas_quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
+    return {**options, **connection_options(kafka, environ)}
 
 
 def read_kafka(spark: SparkSession, kafka: KafkaSourceSettings, section: str, query: QuerySettings) -> DataFrame:
@@ -196,87 +158,3 @@ def with_usable_event_time(
     message = F.format_string(f"{UNUSABLE_EVENT_TIME} {section} %s: %s; row %s", origin, why, row)
     # raise_error is evaluated for the bad rows only; the others pass (the condition is then null).
     return events.where(F.when(missing | ahead, F.raise_error(message)).isNull())
-
-
-class KafkaSourceError(Exception):
-    """The Kafka source the settings describe cannot be read: no broker, refused credentials, no topic."""
-
-
-def kafka_inputs(settings: Settings) -> dict[str, KafkaSourceSettings]:
-    return {section: source.kafka for section, source in settings.inputs.items() if source.type == "kafka"}
-
-
-def require_brokers(settings: Settings) -> None:
-    """A broker answers at each Kafka input's address: a TCP connection, quicker to fail than Kafka's client."""
-    for section, kafka in kafka_inputs(settings).items():
-        if not any(_answers(address) for address in kafka.bootstrap_servers.split(",")):
-            raise KafkaSourceError(
-                f"{section}.kafka.bootstrap_servers {kafka.bootstrap_servers}: no broker answers there (nothing"
-                f" listens, or it is not reachable within {CONNECT_TIMEOUT_SECONDS} s); start the broker"
-                " (`make kafka-up` starts a local one) or fix the address"
-            )
-
-
-def check_kafka_inputs(spark: SparkSession, settings: Settings, environ: Mapping[str, str] = os.environ) -> list[str]:
-    """Raise KafkaSourceError when a Kafka input's broker refuses the credentials or lacks a topic; remarks else."""
-    remarks = []
-    for section, kafka in kafka_inputs(settings).items():
-        where = f"{section}.kafka.bootstrap_servers {kafka.bootstrap_servers}"
-        topics = _topics(spark, kafka, where, environ)
-        if kafka.topic is not None:
-            missing = [name.strip() for name in kafka.topic.split(",") if name.strip() not in topics]
-            if missing:
-                there = ", ".join(sorted(topics)[:10]) or "none"
-                raise KafkaSourceError(
-                    f"{section}.kafka.topic {kafka.topic}: no topic {', '.join(missing)} on"
-                    f" {kafka.bootstrap_servers} (topics there: {there}); create it, or fix the name"
-                )
-        elif not any(re.fullmatch(str(kafka.topic_pattern), name) for name in topics):
-            remarks.append(f"{section}.kafka.topic_pattern {kafka.topic_pattern}: no topic matches yet; the job waits")
-    return remarks
-
-
-def _answers(address: str) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_SECONDS):
-            return True
-    except (OSError, ValueError):
-        return False
-
-
-def _topics(spark: SparkSession, kafka: KafkaSourceSettings, where: str, environ: Mapping[str, str]) -> set[str]:
-    jvm: Any = spark._jvm
-    properties = jvm.java.util.Properties()
-    for key, value in kafka_options(kafka, environ).items():
-        if key.startswith("kafka."):
-            properties.setProperty(key.removeprefix("kafka."), value)
-    properties.setProperty("request.timeout.ms", str(ADMIN_TIMEOUT_SECONDS * 1000 // 2))
-    properties.setProperty("default.api.timeout.ms", str(ADMIN_TIMEOUT_SECONDS * 1000))
-    admin = jvm.org.apache.kafka.clients.admin.Admin.create(properties)
-    try:
-        names = admin.listTopics().names().get(ADMIN_TIMEOUT_SECONDS, jvm.java.util.concurrent.TimeUnit.SECONDS)
-        return {str(name) for name in names}
-    except Py4JJavaError as error:
-        raise KafkaSourceError(_explain(error, kafka, where)) from None
-    finally:
-        admin.close()
-
-
-def _explain(error: Exception, kafka: KafkaSourceSettings, where: str) -> str:
-    cause = error.java_exception  # type: ignore[attr-defined]
-    while cause.getCause() is not None:
-        cause = cause.getCause()
-    kind, message = cause.getClass().getSimpleName(), str(cause.getMessage() or "")
-    if "Authentication" in kind:
-        return (
-            f"{where}: the broker refused the credentials of {kafka.sasl_username!r} ({kafka.sasl_mechanism}, the"
-            f" password from ${kafka.sasl_password_env}): {message}; check sasl_username, sasl_mechanism and the"
-            f" password in ${kafka.sasl_password_env}"
-        )
-    if "Timeout" in kind:
-        return (
-            f"{where}: the broker did not answer Kafka requests within {ADMIN_TIMEOUT_SECONDS} s ({message});"
-            f" check security_protocol {kafka.security_protocol} against the broker's listener at that address"
-        )
-    return f"{where}: Kafka refused to list the topics: {kind}: {message}"

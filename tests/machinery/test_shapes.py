@@ -47,8 +47,8 @@ pytestmark = [
 
 EVENTS_PER_BATCH = 400  # per second of event time
 WATERMARK = "4 seconds"
-BATCHES = 14  # 14 s of event time: twice the longest lifetime below (gap 2 + watermark 4 + 1)
-SETTLED = 4
+BATCHES = 12  # 12 s of event time: over 1.5 times the longest lifetime below (gap 2 + watermark 4 + 1)
+SETTLED = 3
 ROWS_TOLERANCE = 0.25
 
 START = '''    """Events per key and tumbling window; a window's state is dropped once the watermark passes it."""

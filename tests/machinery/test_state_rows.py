@@ -29,8 +29,8 @@ pytestmark = [pytest.mark.streaming, pytest.mark.operator]
 
 RATE = {"rows_per_batch": 400, "advance_per_batch": "1 second"}  # 400 events/s of event time
 WATERMARK_S, WINDOW_S, RANGE_S, TIMEOUT_S = 6, 3, 3, 3
-BATCHES = 36  # 36 s of event time: over twice the longest lifetime here (2 x watermark + batch)
-SETTLED = 10  # the last batches, whose medians are compared
+BATCHES = 28  # 28 s of event time: over twice the longest lifetime here (2 x watermark + batch, 13 s)
+SETTLED = 8  # the last batches (from the 21st: each state is at its steady state), whose medians are compared
 ROWS_TOLERANCE = 0.25
 BYTES_FACTOR = 2
 

@@ -119,12 +119,13 @@ def run_shape(project: Path, local_kafka, broker, shape: str, args: argparse.Nam
         }
     )
     log = open(folder / "job.log", "w")  # noqa: SIM115 - closed below, after the process
-    job = subprocess.Popen([sys.executable, "main.py"], cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT)
+    errors = open(folder / "job.err", "w")  # noqa: SIM115 - the same
+    job = subprocess.Popen([sys.executable, "main.py"], cwd=project, env=env, stdout=log, stderr=errors)
     # Produce once the query runs: its first (empty) batch is committed.
     deadline = time.monotonic() + 180
     while not (folder / "checkpoint" / "commits" / "0").exists():
         if job.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"{shape}: the job did not start: {(folder / 'job.log').read_text()[-2000:]}")
+            raise SystemExit(f"{shape}: the job did not start: {(folder / 'job.err').read_text()[-2000:]}")
         time.sleep(0.2)
     java = shutil.which("java") or "java"
     produced = produce_at_rate(
@@ -134,6 +135,7 @@ def run_shape(project: Path, local_kafka, broker, shape: str, args: argparse.Nam
     job.send_signal(signal.SIGTERM)
     job.wait(timeout=180)
     log.close()
+    errors.close()
     batches = [
         json.loads(line)
         for line in (folder / "job.log").read_text().splitlines()
@@ -217,8 +219,8 @@ def main() -> None:
         try:
             for shape, project in projects.items():
                 print(f"running {shape} ...", flush=True)
-                folder = scratch / shape.replace(" ", "-")
-                folder.mkdir()
+                folder = scratch / "runs" / shape.replace(" ", "-")
+                folder.mkdir(parents=True)
                 runs[shape] = {
                     "micro-batch": run_shape(project, local_kafka, broker, shape, args, folder),
                     "real-time": {"not_run": "Spark 4.3's Kafka connector (spark-sql-kafka-0-10 4.3.0) not fetched"},

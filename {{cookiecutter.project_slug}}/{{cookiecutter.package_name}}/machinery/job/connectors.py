@@ -51,8 +51,7 @@ def kafka_connector_version(spark_version: str) -> str:
 
 def required_connectors(settings: Settings, spark_version: str = pyspark.__version__) -> list[Connector]:
     connectors = []
-    kafka_endpoints = [section for section, source in settings.inputs.items() if source.type == "kafka"]
-    kafka_endpoints += ["sink"] if settings.sink.type == "kafka" else []
+    kafka_endpoints = list(settings.kafka_endpoints)
     if kafka_endpoints:
         connectors.append(
             Connector(

@@ -185,9 +185,9 @@ def operator_names(location: str, metadata: list[Any]) -> dict[int, str]:
     tells the two aggregations apart; a checkpoint off the local file system leaves that to Spark's name."""
     local = local_checkpoint(location)
     names = {}
-    for row in metadata:
-        schemas = None if local is None else operator_schemas(local, row.operatorId)
-        names[row.operatorId] = held_operator(row.operatorName, schemas[0].key if schemas else None)
+    for operator_id, spark_name in {row.operatorId: row.operatorName for row in metadata}.items():
+        schemas = None if local is None else operator_schemas(local, operator_id)
+        names[operator_id] = held_operator(spark_name, schemas[0].key if schemas else None)
     return names
 
 

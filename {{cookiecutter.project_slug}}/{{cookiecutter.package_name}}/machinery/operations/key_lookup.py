@@ -81,16 +81,17 @@ def find_key(spark: SparkSession, location: str, metadata: list[Any], batch: int
     """The rows holding `key` as of `batch`, in every operator's stores; when there are none, the last
     kept batch that held it."""
     lookup = KeyLookup(key, batch, _iso(_watermark(location, batch)))
-    lookup.rows = _rows_with_key(spark, location, metadata, batch, key)
+    names = operator_names(location, metadata)  # read once: the tools name the operators alike
+    lookup.rows = _rows_with_key(spark, location, metadata, names, batch, key)
     partitions = state_partitions(local_checkpoint(location), batch, metadata[0].numPartitions)
     plan = feed_plan(spark, location, metadata, batch, partitions)
     lookup.read = plan.says()
     if plan.readable:
-        lookup.history = _history(spark, location, metadata, plan, key)
+        lookup.history = _history(spark, location, metadata, names, plan, key)
         if not all(has_feed(options) for options in stores_of(metadata)):
             lookup.read += f" (timers at batch {batch} only: {TIMERS_WITHOUT_FEED})"
     if lookup.rows:
-        held_until = _rules(operator_names(location, metadata), {row.operator for row in lookup.rows})
+        held_until = _rules(names, {row.operator for row in lookup.rows})
         latest = max(time for row in lookup.rows for time in row.times) if any(r.times for r in lookup.rows) else None
         stores = ", ".join(sorted({_where(row, metadata) for row in lookup.rows}))
         carries = f"; the latest time it carries is {latest}" if latest else ""
@@ -99,7 +100,7 @@ def find_key(spark: SparkSession, location: str, metadata: list[Any], batch: int
             f" {held_until}"
         )
         return lookup
-    held_until = _rules(operator_names(location, metadata), None)
+    held_until = _rules(names, None)
     if plan.first is not None and lookup.history is not None:
         oldest = plan.first
         lookup.last_held_batch = _last_held(lookup.history)
@@ -109,7 +110,7 @@ def find_key(spark: SparkSession, location: str, metadata: list[Any], batch: int
             (
                 earlier
                 for earlier in range(batch - 1, oldest - 1, -1)
-                if _rows_with_key(spark, location, metadata, earlier, key)
+                if _rows_with_key(spark, location, metadata, names, earlier, key)
             ),
             None,
         )
@@ -129,8 +130,9 @@ def find_key(spark: SparkSession, location: str, metadata: list[Any], batch: int
     return lookup
 
 
-def _rows_with_key(spark: SparkSession, location: str, metadata: list[Any], batch: int, key: str) -> list[KeyRow]:
-    names = operator_names(location, metadata)
+def _rows_with_key(
+    spark: SparkSession, location: str, metadata: list[Any], names: dict[int, str], batch: int, key: str
+) -> list[KeyRow]:
     rows = []
     for options in stores_of(metadata):
         state = read_store(spark, location, options, batch)
@@ -146,9 +148,10 @@ def _rows_with_key(spark: SparkSession, location: str, metadata: list[Any], batc
     return rows
 
 
-def _history(spark: SparkSession, location: str, metadata: list[Any], plan: FeedPlan, key: str) -> list[KeyChange]:
+def _history(
+    spark: SparkSession, location: str, metadata: list[Any], names: dict[int, str], plan: FeedPlan, key: str
+) -> list[KeyChange]:
     """Every put and delete of a row holding `key` over the plan's batches: one read per store."""
-    names = operator_names(location, metadata)
     changes = []
     for options in filter(has_feed, stores_of(metadata)):
         feed = read_feed(spark, location, options, plan)

@@ -612,6 +612,16 @@ class Settings(BaseSettings):
             return {"source": self.source}
         return {"source": self.source, "join_source": self.join_source}
 
+    @property
+    def kafka_endpoints(self) -> dict[str, KafkaSourceSettings | KafkaSinkSettings]:
+        """Each section that is a Kafka endpoint (source, join_source, sink) -> its settings."""
+        endpoints: dict[str, KafkaSourceSettings | KafkaSinkSettings] = {
+            section: source.kafka for section, source in self.inputs.items() if source.type == "kafka"
+        }
+        if self.sink.type == "kafka":
+            endpoints["sink"] = self.sink.kafka
+        return endpoints
+
     @model_validator(mode="after")
     def _trigger_fits_source(self) -> Settings:
         for section, source in self.inputs.items():

@@ -21,7 +21,7 @@ from typing import Any
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from ...core.settings import KafkaConnection, KafkaSinkSettings, KafkaSourceSettings, Settings
+from ...core.settings import KafkaConnection, KafkaSourceSettings, Settings
 
 CONNECT_TIMEOUT_SECONDS = 5
 ADMIN_TIMEOUT_SECONDS = 20
@@ -56,19 +56,9 @@ def _jaas_quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def kafka_endpoints(settings: Settings) -> dict[str, KafkaSourceSettings | KafkaSinkSettings]:
-    """Each section that is a Kafka endpoint (source, join_source, sink) -> its settings."""
-    endpoints: dict[str, KafkaSourceSettings | KafkaSinkSettings] = {
-        section: source.kafka for section, source in settings.inputs.items() if source.type == "kafka"
-    }
-    if settings.sink.type == "kafka":
-        endpoints["sink"] = settings.sink.kafka
-    return endpoints
-
-
 def require_brokers(settings: Settings) -> None:
     """A broker answers at each Kafka endpoint's address: a TCP connection, quicker to fail than Kafka's client."""
-    for section, kafka in kafka_endpoints(settings).items():
+    for section, kafka in settings.kafka_endpoints.items():
         if not any(_answers(address) for address in kafka.bootstrap_servers.split(",")):
             raise KafkaEndpointError(
                 f"{section}.kafka.bootstrap_servers {kafka.bootstrap_servers}: no broker answers there (nothing"
@@ -83,7 +73,7 @@ def check_kafka_endpoints(
     """Raise KafkaEndpointError when a Kafka endpoint's broker refuses the credentials or lacks a topic;
     remarks else."""
     remarks = []
-    for section, kafka in kafka_endpoints(settings).items():
+    for section, kafka in settings.kafka_endpoints.items():
         where = f"{section}.kafka.bootstrap_servers {kafka.bootstrap_servers}"
         topics = _topics(spark, kafka, where, environ)
         pattern = kafka.topic_pattern if isinstance(kafka, KafkaSourceSettings) else None

@@ -197,11 +197,28 @@ def _own_or_shared(start: Callable[[], SparkSession], confs: Mapping[str, str]) 
     try:
         yield active
     finally:
+        release_state_stores(active)
         for key, held in before.items():
             if held is None:
                 active.conf.unset(key)
             else:
                 active.conf.set(key, held)
+
+
+def release_state_stores(spark: SparkSession) -> None:
+    """Unload the state stores the command's queries left loaded in a shared session, waiting for their
+    maintenance in flight: otherwise a snapshot upload still pending writes into the checkpoint after the
+    command returned, where a copy, a savepoint or a restore made next would race it. Only where the
+    executors run in this JVM (a local master) and no other query runs (it would lose its loaded state);
+    an own session does this when it stops."""
+    if spark.streams.active or not (spark.sparkContext.master or "").startswith("local"):
+        return
+    state_package = spark.sparkContext._jvm.org.apache.spark.sql.execution.streaming.state  # type: ignore[union-attr]
+    state_store = getattr(getattr(state_package, "StateStore$"), "MODULE$")
+    # Maintenance first, without the providers' lock: a maintenance thread may be waiting for that lock,
+    # and stop() holds it while it waits for the threads (minutes, until a timeout).
+    state_store.stopMaintenanceTaskWithoutLock()
+    state_store.stop()
 
 
 def local_session(app_name: str, confs: dict[str, str]) -> SparkSession:

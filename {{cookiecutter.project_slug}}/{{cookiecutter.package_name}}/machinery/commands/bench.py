@@ -35,7 +35,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--providers",
         default="hdfs,rocksdb,rocksdb+changelog",
-        help="configurations, comma separated (default: %(default)s)",
+        help="configurations, comma separated, of hdfs, rocksdb, rocksdb+changelog, rocksdb+tuned (default: %(default)s)",
     )
     bench.add_argument("--out", type=Path, default=Path("bench-results"), help="results folder (default: %(default)s)")
     bench.set_defaults(handler=cmd_bench)
@@ -55,7 +55,8 @@ def register_sustain(commands: argparse._SubParsersAction) -> None:
     sustain.add_argument(
         "--providers",
         default=None,
-        help="configurations, comma separated: hdfs, rocksdb, rocksdb+changelog (default: the settings' provider)",
+        help="configurations, comma separated: hdfs, rocksdb, rocksdb+changelog, rocksdb+tuned (changelog checkpointing,"
+        " rows not tracked) (default: the settings' store)",
     )
     sustain.add_argument("--trigger", default="2 seconds", help="trigger interval of the tries (default: %(default)s)")
     sustain.add_argument(
@@ -113,7 +114,7 @@ def cmd_sustain(args: argparse.Namespace) -> int:
     from ..core.durations import named_duration
     from ..core.plan_operators import chain, flow_order
     from ..core.sizing.memory import parse_memory
-    from ..operations.bench import BenchError, BenchRunFailed
+    from ..operations.bench import BenchError, BenchRunFailed, configuration_of
     from ..operations.sustained_rate import sustained, write_results
 
     settings = load_settings(args.settings)
@@ -124,10 +125,7 @@ def cmd_sustain(args: argparse.Namespace) -> int:
         print(f"sustain error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.providers is None:
-        store = settings.state_store
-        configurations = [
-            "hdfs" if store.provider == "hdfs" else "rocksdb+changelog" if store.changelog_checkpointing else "rocksdb"
-        ]
+        configurations = [configuration_of(settings.state_store)]
     else:
         configurations = [name.strip() for name in args.providers.split(",") if name.strip()]
     try:

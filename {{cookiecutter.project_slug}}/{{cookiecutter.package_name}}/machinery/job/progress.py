@@ -32,14 +32,16 @@ from .endpoints.sources import EVENT_TIME_AHEAD, EVENT_TIME_OBSERVATION, WITHOUT
 from .heap import HeapProbe
 
 
-def format_progress(progress: dict[str, Any]) -> str:
+def format_progress(progress: dict[str, Any], rows_counted: bool = True) -> str:
     """Batch id, input rows, rows/s, state rows, state memory and batch duration of one progress event,
     then the rows the batch dropped, if any: late (behind the watermark), without an event time, or
-    with one too far ahead (the last two with on_bad_record drop)."""
+    with one too far ahead (the last two with on_bad_record drop). rows_counted false: a store that
+    does not track its rows, whose 0 is not a count."""
     event = batch_event(progress)
+    rows = f"{event['state_rows']:,} rows" if rows_counted else "rows not counted"
     line = (
         f"batch {event['batch_id']}: {event['input_rows']:,} input rows, "
-        f"{event['rows_per_second']:,.0f} rows/s, state {event['state_rows']:,} rows / "
+        f"{event['rows_per_second']:,.0f} rows/s, state {rows} / "
         f"{event['state_memory_bytes'] / 2**20:,.1f} MiB, took {event['batch_duration_ms'] / 1000:.2f} s"
     )
     dropped = [
@@ -239,9 +241,16 @@ class ProgressPrinter(StreamingQueryListener):
     query committed in this run. With a watchdog, its warnings follow the batch that crossed them:
     on stderr as text, or as events in the JSON stream."""
 
-    def __init__(self, out: TextIO | None = None, json_lines: bool = False, watchdog: StateWatchdog | None = None):
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        json_lines: bool = False,
+        watchdog: StateWatchdog | None = None,
+        rows_counted: bool = True,
+    ):
         self._out = sys.stdout if out is None else out  # the standard output of now, not of import time
-        self._json = json_lines
+        self._json = json_lines  # JSON passes Spark's figures on as they are (0 rows where not counted)
+        self._rows_counted = rows_counted
         self._watchdog = watchdog
         self._lock = threading.Lock()
         self._batches: dict[str, set[int]] = {}
@@ -295,7 +304,7 @@ class ProgressPrinter(StreamingQueryListener):
         heap = self._watchdog.read_heap() if self._watchdog else None
         if heap is not None:  # the JVM the state lives in (a local run's driver), after its last GC
             event["heap_live_bytes"], event["heap_max_bytes"] = heap
-        self._emit(format_progress(progress), event)
+        self._emit(format_progress(progress, self._rows_counted), event)
         for warning in self._watchdog.check(progress) if self._watchdog else ():
             if self._json:
                 self._emit("", {"event": "state_warning", "kind": warning.kind, "message": warning.message})

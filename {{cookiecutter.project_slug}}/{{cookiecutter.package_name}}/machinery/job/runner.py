@@ -71,6 +71,12 @@ def startup_line(spark: SparkSession, settings: Settings) -> str:
     )
 
 
+UNTRACKED_ROWS = (
+    "state rows: state_store.rocksdb.track_total_number_of_rows is false, so Spark counts none (its progress"
+    " says 0) and the state watchdog's rows warning is off; `inspect` counts them from the checkpoint"
+)
+
+
 def run_query(
     spark: SparkSession,
     settings: Settings,
@@ -94,15 +100,17 @@ def run_query(
     warning = start_warning(settings, sizing, probe)
     if warning:
         print(f"memory: {warning}", file=remarks_to, flush=True)
+    if plan and not settings.state_store.rows_tracked:  # a query with state
+        print(UNTRACKED_ROWS, file=remarks_to, flush=True)
     watchdog = StateWatchdog(
-        sizing,
+        sizing if settings.state_store.rows_tracked else None,
         settings.state_store.provider,
         monitoring.state_warning_factor,
         monitoring.hdfs_memory_warning_share,
         probe,
     )
     json_lines = monitoring.progress_format == "json"
-    printer = ProgressPrinter(progress_to, json_lines=json_lines, watchdog=watchdog)
+    printer = ProgressPrinter(progress_to, json_lines, watchdog, settings.state_store.rows_tracked)
     spark.streams.addListener(printer)
     try:
         query = start_query(result, settings.sink, settings.query)

@@ -38,13 +38,28 @@ from ..core.contract import PACKAGE
 from ..core.figures import human_bytes
 from ..core.operators import OPERATORS
 from ..core.plan_operators import PlanOperator, chain, flow_order
-from ..core.settings import ENV_PREFIX, Settings
+from ..core.settings import ENV_PREFIX, Settings, StateStoreSettings
 from ..job.endpoints.sample_input import UNIQUE_KEYS
+from .inspection import counted_state_rows
+
+
+@dataclass(frozen=True)
+class StoreConfiguration:
+    """A state store set up one way for a scratch run (bench, sustain)."""
+
+    provider: str
+    changelog: bool
+    # false: Spark skips the read before each write that keeps numRowsTotal, and reports no row count;
+    # the run's rows are counted from the state files instead (the state reader, as inspect does).
+    track_rows: bool = True
+
 
 CONFIGURATIONS = {
-    "hdfs": ("hdfs", False),
-    "rocksdb": ("rocksdb", False),
-    "rocksdb+changelog": ("rocksdb", True),
+    "hdfs": StoreConfiguration("hdfs", False),
+    "rocksdb": StoreConfiguration("rocksdb", False),
+    "rocksdb+changelog": StoreConfiguration("rocksdb", True),
+    # The profile for the most rows per core (docs/settings.md, state_store.rocksdb).
+    "rocksdb+tuned": StoreConfiguration("rocksdb", True, track_rows=False),
 }
 # A bound in case the SIGTERM never comes (this process killed): batches past the counted ones.
 SPARE_BATCHES = 5
@@ -125,9 +140,26 @@ def input_plan(operator: str, keys: int, batches_to_last_count: int) -> InputPla
     )
 
 
+def configuration_of(store: StateStoreSettings) -> str:
+    """The name of the configuration the settings' state store is set up as."""
+    if store.provider == "hdfs":
+        return "hdfs"
+    if not store.changelog_checkpointing:
+        return "rocksdb"
+    return "rocksdb+changelog" if store.rocksdb.track_total_number_of_rows else "rocksdb+tuned"
+
+
+def run_state_rows(configuration: str, last_counted: dict[str, Any], checkpoint: Path) -> int:
+    """The state rows at a run's end: Spark's count in its last counted batch, or, where the store does
+    not track rows, the state files' count (the checkpoint's last committed batch)."""
+    if CONFIGURATIONS[configuration].track_rows:
+        return int(last_counted["state_rows"])
+    return counted_state_rows(str(checkpoint))
+
+
 def unsupported(operators: Sequence[str], configuration: str) -> str | None:
     """Why the query's operators cannot run on this configuration, or None."""
-    if CONFIGURATIONS[configuration][0] == "hdfs":
+    if CONFIGURATIONS[configuration].provider == "hdfs":
         return next((OPERATORS[name].rocksdb_only for name in operators if OPERATORS[name].rocksdb_only), None)
     return None
 
@@ -208,15 +240,16 @@ def scratch_environment(
 ) -> dict[str, str]:
     """The environment of a scratch run of the user's job (bench, sustain): its checkpoint and parquet
     output in folder, the store configuration, JSON progress to read the batches from, and overrides."""
-    provider, changelog = CONFIGURATIONS[configuration]
+    store = CONFIGURATIONS[configuration]
     # The driver's heap is a setting of its own (spark.driver_memory), not a spark.conf entry.
     conf = dict(conf)
     heap = {"SPARK__DRIVER_MEMORY": conf.pop("spark.driver.memory")} if "spark.driver.memory" in conf else {}
     scratch = {
         **overrides,
         **heap,
-        "STATE_STORE__PROVIDER": provider,
-        "STATE_STORE__CHANGELOG_CHECKPOINTING": str(changelog).lower(),
+        "STATE_STORE__PROVIDER": store.provider,
+        "STATE_STORE__CHANGELOG_CHECKPOINTING": str(store.changelog).lower(),
+        **({} if store.track_rows else {"STATE_STORE__ROCKSDB__TRACK_TOTAL_NUMBER_OF_ROWS": "false"}),
         "QUERY__TRIGGER": trigger,
         "QUERY__CHECKPOINT_LOCATION": str(folder / "checkpoint"),
         "SINK__TYPE": "parquet",
@@ -327,7 +360,7 @@ def run_one(
         batch_ms_max=max(durations),
         commit_ms_p50=percentile(commits, 0.5),
         rows_per_second=sum(event["input_rows"] for event in counted) / (sum(durations) / 1000),
-        state_rows=counted[-1]["state_rows"],
+        state_rows=run_state_rows(configuration, counted[-1], folder / "checkpoint"),
         state_memory_bytes=counted[-1]["state_memory_bytes"],
         checkpoint_bytes_per_batch=checkpoint_bytes_of_batches(folder / "checkpoint", warmup, last) // batches,
         gc_ms_per_batch=None if gc_ms is None else gc_ms / batches,

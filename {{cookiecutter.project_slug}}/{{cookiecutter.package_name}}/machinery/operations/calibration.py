@@ -111,6 +111,8 @@ def state_lifetime_seconds(settings: Settings) -> float:
 def trial_settings(settings: Settings, scratch: Path) -> Settings:
     """The project's query and state store, with inputs, output and checkpoint inside scratch."""
     data = settings.model_dump()
+    # The measure divides by Spark's row count, which a store that does not track rows reports as 0.
+    data["state_store"]["rocksdb"]["track_total_number_of_rows"] = True
     landing = {"type": "files", "files": {"path": str(scratch / "landing"), "max_files_per_trigger": 1}}
     data["source"] = landing
     if settings.join_source is not None:

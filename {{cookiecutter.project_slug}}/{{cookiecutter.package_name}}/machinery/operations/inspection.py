@@ -29,6 +29,7 @@ from .state_reader import (
     counts_as_rows,
     read_state_metadata,
     read_store,
+    reader_confs,
     spark_errors,
     spark_message,
     store_name,
@@ -178,6 +179,16 @@ def inspect_checkpoint(
                 local / "state" / str(operator.operator_id), operator.partitions
             )
     return Inspection(location, provider, batch, sorted(operators.values(), key=lambda o: o.operator_id))
+
+
+def counted_state_rows(location: str) -> int:
+    """The state rows of the last committed batch, counted from the checkpoint's state files: for a
+    store whose rows Spark does not track (its progress then says 0), in a local session of its own."""
+    from ..job.session import tool_session  # Spark is imported only when a command needs it
+
+    facts = checkpoint_facts(location)
+    with tool_session("count-state-rows", reader_confs(location)) as spark:
+        return inspect_checkpoint(spark, location, facts).state_rows
 
 
 def operator_names(location: str, metadata: list[Any]) -> dict[int, str]:

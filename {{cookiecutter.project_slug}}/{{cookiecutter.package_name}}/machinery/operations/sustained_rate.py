@@ -45,6 +45,7 @@ from .bench import (
     machine,
     percentile,
     rate_overrides,
+    run_state_rows,
     scratch_environment,
     unsupported,
 )
@@ -109,7 +110,7 @@ class Sustained:
         best = self.best
         figures: dict[str, Any] = {}
         if best is not None and self.rows_per_second is not None:
-            micro = core_rates.STORE_PUT_US[CONFIGURATIONS[self.configuration][0]]
+            micro = core_rates.STORE_PUT_US[CONFIGURATIONS[self.configuration].provider]
             writes = best.state_rows_written / best.input_rows_per_batch
             figures = {
                 "rows_per_second_per_core": self.rows_per_second / self.cores,
@@ -219,6 +220,10 @@ def run_try(
             f"{configuration} on local[{cores}] committed {len(counted)} of {batches} counted batches;"
             f" see {folder / 'job.log'}"
         )
+    # A failed try's checkpoint may not read back: Spark's figure (0 where rows are not tracked).
+    state_rows = (
+        counted[-1]["state_rows"] if failure else run_state_rows(configuration, counted[-1], folder / "checkpoint")
+    )
     for scratch in ("checkpoint", "output"):
         shutil.rmtree(folder / scratch, ignore_errors=True)
     durations = [e["batch_duration_ms"] for e in counted]
@@ -239,7 +244,7 @@ def run_try(
         batch_ms_p50=p50,
         batch_ms_p95=percentile(durations, 0.95),
         driver_ms_p50=percentile([driver_ms(e) for e in counted], 0.5),
-        state_rows=counted[-1]["state_rows"],
+        state_rows=state_rows,
         state_update_ms=state("update_time_ms"),
         state_remove_ms=state("remove_time_ms"),
         state_commit_ms=state("commit_time_ms"),
@@ -351,7 +356,7 @@ def sustained(
         raise BenchError(f"--providers {configuration}: {reason}")
     trigger_ms = parse_duration(trigger) * 1000
     if start is None:
-        start = core_rates.advised_start(operators, CONFIGURATIONS[configuration][0], cores)
+        start = core_rates.advised_start(operators, CONFIGURATIONS[configuration].provider, cores)
 
     def run(rate: float) -> Try:
         folder = out / "runs" / f"{configuration}-local{cores}-{round(rate)}"

@@ -13,6 +13,7 @@ from .model import (
     SettingsError,
     SinkSettings,
     SourceSettings,
+    StateStoreSettings,
 )
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "SettingsError",
     "SinkSettings",
     "SourceSettings",
+    "StateStoreSettings",
     "load_settings",
     "nearest_existing_folder",
     "unset_secrets",

@@ -202,6 +202,12 @@ class StateStoreSettings(Section):
     rocksdb: RocksDBSettings = Field(default_factory=RocksDBSettings)
     integrity: IntegritySettings = Field(default_factory=IntegritySettings)
 
+    @property
+    def rows_tracked(self) -> bool:
+        """Whether Spark's progress counts the state rows (numRowsTotal): RocksDB's count costs a read
+        before each write, which track_total_number_of_rows false saves."""
+        return self.provider == "hdfs" or self.rocksdb.track_total_number_of_rows
+
     @model_validator(mode="after")
     def _changelog_needs_rocksdb(self) -> StateStoreSettings:
         if self.changelog_checkpointing and self.provider != "rocksdb":

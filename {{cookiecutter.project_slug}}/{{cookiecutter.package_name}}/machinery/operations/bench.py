@@ -58,7 +58,7 @@ CONFIGURATIONS = {
     "hdfs": StoreConfiguration("hdfs", False),
     "rocksdb": StoreConfiguration("rocksdb", False),
     "rocksdb+changelog": StoreConfiguration("rocksdb", True),
-    # The profile for the most rows per core (docs/settings.md, state_store.rocksdb).
+    # The profile for the most rows per core (docs/state.md, "The tuned RocksDB profile").
     "rocksdb+tuned": StoreConfiguration("rocksdb", True, track_rows=False),
 }
 # A bound in case the SIGTERM never comes (this process killed): batches past the counted ones.

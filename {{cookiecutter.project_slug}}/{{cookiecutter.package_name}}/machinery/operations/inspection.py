@@ -183,7 +183,8 @@ def inspect_checkpoint(
 
 def counted_state_rows(location: str) -> int:
     """The state rows of the last committed batch, counted from the checkpoint's state files: for a
-    store whose rows Spark does not track (its progress then says 0), in a local session of its own."""
+    store whose rows Spark does not track (its progress then says 0). On the process's session when it
+    runs one, else on a local session started for the count."""
     from ..job.session import tool_session  # Spark is imported only when a command needs it
 
     facts = checkpoint_facts(location)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from stream_job.machinery.core.plan_operators import PlanOperator
 from stream_job.machinery.core.settings import ENV_PREFIX, SettingsError, load_settings
 
 from .conftest import (
@@ -248,7 +249,11 @@ OPERATOR_BAD_VALUES = [
     ),
     (
         "stream_stream_join",
-        {"join_source": {"type": "rate"}, "sink": {"type": "console", "output_mode": "update"}},
+        {
+            "join_source": {"type": "rate"},
+            "sink": {"type": "console", "output_mode": "update"},
+            "query": {"join": {"type": "left_outer"}},
+        },
         "settings: the query runs stream_stream_join but sink.output_mode is update: stream_stream_join emits"
         " each row once, final, and Spark runs it in append mode only; set sink.output_mode to append",
     ),
@@ -360,6 +365,25 @@ def test_operator_rules_exit_2_before_spark(write_settings, tmp_path, operator, 
     checkpoint = tmp_path / "checkpoint"
     path = write_settings(deep_merge({"query": {"checkpoint_location": str(checkpoint)}}, changes))
     assert_refused_before_spark(run_main_without_java(path, tmp_path), expected, checkpoint)
+
+
+# What Spark also runs in update mode loads with it (checked on Spark 4.2.1): a deduplication, and an
+# inner or left semi join, the type read from the query's plan; an outer join is refused (above).
+@pytest.mark.operator
+@pytest.mark.parametrize("operator", ["deduplication", "stream_stream_join"])
+def test_what_spark_runs_in_update_mode_is_accepted_there(make_settings, operator):
+    if operator != BAKED_OPERATOR:
+        pytest.skip(f"the {operator} bake runs it")
+    settings = make_settings({"sink": {"type": "console", "output_mode": "update"}})
+    assert settings.sink.output_mode == "update"
+    if operator == "stream_stream_join":
+
+        def join(join_type: str) -> list[PlanOperator]:
+            return [PlanOperator(0, operator, "Join", "key", "10 seconds", join_type=join_type)]
+
+        assert settings.plan_problems(join("LeftSemi")) == []
+        (problem,) = settings.plan_problems(join("FullOuter"))
+        assert "sink.output_mode is update" in problem and "set sink.output_mode to append" in problem
 
 
 def test_the_operator_cannot_be_overridden_from_the_environment(write_settings, tmp_path):

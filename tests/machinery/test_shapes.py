@@ -78,6 +78,34 @@ RUNNING_COUNTS = """
         count, "key string, newest timestamp, events long", "events long", "append", GroupStateTimeout.EventTimeTimeout
     )
 """
+TIMEOUT_LINE = "        state.setTimeoutTimestamp(int(newest.timestamp() * 1000) + 2000)\n"
+# The same function with no timeout (nothing removes a key: its state only grows), and with a
+# processing-time timeout of an hour (every key stays through the run).
+RUNNING_COUNTS_KEPT = RUNNING_COUNTS.replace(TIMEOUT_LINE, "").replace("EventTimeTimeout", "NoTimeout")
+RUNNING_COUNTS_PROCESSING_TIME = RUNNING_COUNTS.replace(
+    TIMEOUT_LINE, "        state.setTimeoutDuration(3_600_000)\n"
+).replace("EventTimeTimeout", "ProcessingTimeTimeout")
+
+# transformWithState's Row API: a count per key in a value state; the key's state stays (the
+# estimate takes the keys of its session timeout, here the 200 keys).
+ROW_COUNTS = """
+    from pyspark.sql import Row
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class Count(StatefulProcessor):
+        def init(self, handle):
+            self.seen = handle.getValueState("seen", "events long")
+
+        def handleInputRows(self, key, rows, timerValues):
+            seen = (self.seen.get() or (0,))[0] + sum(1 for _ in rows)
+            self.seen.update((seen,))
+            yield Row(key=key[0], events=seen)
+
+        def close(self):
+            pass
+
+    return EVENTS.groupBy("key").transformWithState(Count(), "key string, events long", "Append", "None")
+"""
 
 # name -> (the body's return expression or code, keys, Spark's operator name, sink, capacity changes)
 SHAPES = {
@@ -136,14 +164,29 @@ SHAPES = {
         "parquet",
         {"state_timeout": "2 seconds"},
     ),
+    "applyInPandasWithState, no timeout": (
+        RUNNING_COUNTS_KEPT,
+        UNIQUE_KEYS,
+        "applyInPandasWithState",
+        "parquet",
+        {"state_horizon": f"{BATCHES} seconds"},
+    ),
+    "applyInPandasWithState, processing-time timeout": (
+        RUNNING_COUNTS_PROCESSING_TIME,
+        200,
+        "applyInPandasWithState",
+        "parquet",
+        {"state_timeout": "1 hour"},
+    ),
+    "transformWithState, Row API": (ROW_COUNTS, 200, "transformWithStateInPySparkExec", "parquet", {}),
     "limit": ("return EVENTS.limit(50)", UNIQUE_KEYS, "globalLimit", "parquet", {}),
 }
 
 
-def shape_settings(tmp_path, keys: int, sink: str, capacity: dict) -> str:
+def shape_settings(tmp_path, keys: int, sink: str, capacity: dict, provider: str = "hdfs") -> str:
     changes = {
         "spark": {"shuffle_partitions": 2, "master": "local[2]"},
-        "state_store": {"provider": "hdfs", "changelog_checkpointing": False},
+        "state_store": {"provider": provider, "changelog_checkpointing": False},
         "source": {
             "type": "rate",
             "rate": {"rows_per_batch": EVENTS_PER_BATCH, "advance_per_batch": "1 second", "keys": keys},
@@ -177,10 +220,21 @@ def batches(stdout: str) -> list[dict]:
     ]
 
 
-@pytest.mark.parametrize("shape", list(SHAPES))
+# Secondary (make test-all runs them): applyInPandasWithState's other timeouts, read from the plan the
+# same way as the event-time one; without a timeout its state grows as dropDuplicates' without a
+# watermark does (the same rule), and an hour's processing-time timeout keeps every one of 200 keys.
+SECONDARY_SHAPES = ("applyInPandasWithState, no timeout", "applyInPandasWithState, processing-time timeout")
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [pytest.param(name, marks=[pytest.mark.secondary] if name in SECONDARY_SHAPES else []) for name in SHAPES],
+)
 def test_each_shape_restarts_and_keeps_the_rows_the_estimate_says(spark, tmp_path, shape):
     code, keys, spark_name, sink, capacity = SHAPES[shape]
-    settings_path = shape_settings(tmp_path, keys, sink, capacity)
+    # transformWithState runs on RocksDB only.
+    provider = "rocksdb" if spark_name.startswith("transformWithState") else "hdfs"
+    settings_path = shape_settings(tmp_path, keys, sink, capacity, provider)
     body = code.replace("EVENTS", EVENTS)
     with edited_query({START: START + ("" if body.startswith("\n") else "    ") + body + "\n"}):
         first = run_main("--settings", settings_path, "--max-batches", str(BATCHES))
@@ -190,7 +244,9 @@ def test_each_shape_restarts_and_keeps_the_rows_the_estimate_says(spark, tmp_pat
         # A batch covers one second of event time, however fast it runs: the batch the estimate is given.
         settings = load_settings(settings_path)
         sizing = settings.sizing(checked_plan(settings), trigger="1 second")
-    metadata = (tmp_path / "checkpoint" / "state" / "0" / "_metadata" / "metadata").read_text()
+    # The operator metadata Spark wrote: `metadata`, or transformWithState's versions under v2/.
+    written = (tmp_path / "checkpoint" / "state" / "0" / "_metadata").rglob("*")
+    metadata = "".join(path.read_text() for path in written if path.is_file() and not path.name.startswith("."))
     assert f'"operatorName":"{spark_name}"' in metadata
     # The tools (inspect, savepoint, --key) name the checkpoint's operator as the plan does.
     held = spark.read.format("state-metadata").load(str(tmp_path / "checkpoint")).collect()

@@ -205,22 +205,37 @@ def _deduplication_rows(rate: float, watermark_s: float, trigger: str) -> Rows:
     )
 
 
+# The starter's join.type as Spark names it in the plan, and the types Spark also runs in update mode
+# (an inner or left semi join emits nothing as a row leaves; an outer join is refused there: checked
+# on Spark 4.2.1).
+SPARK_JOIN_TYPES = {"inner": "Inner", "left_outer": "LeftOuter"}
+UPDATE_JOIN_TYPES = ("Inner", "LeftSemi")
+
+
 def _join_rows(
-    rate: float, watermark_s: float, join_input_rows_per_second: float | None, join_range: str, trigger: str
+    rate: float,
+    watermark_s: float,
+    join_input_rows_per_second: float | None,
+    join_range: str,
+    trigger: str,
+    join_type: str = "Inner",
 ) -> Rows:
     # A left row waits for right rows up to `range` after it, and those may be up to the watermark
     # late; a right row waits only for left rows still to come within the watermark. Measured
     # against Spark's numRowsTotal (tests/machinery/test_state_rows.py), each side also keeps two
-    # batches more: the watermark moves only between batches.
+    # batches more: the watermark moves only between batches. Inner and outer joins keep the same
+    # rows (an outer join emits its unmatched rows as they leave). A left semi join drops a left row
+    # at its first match, so the left side's figure is its bound: every left row unmatched.
     right_rate = rate if join_input_rows_per_second is None else join_input_rows_per_second
     require_positive("join_input_rows_per_second", right_rate)
     range_s = named_duration("join_range", join_range)
     batches_s = 2 * batch_seconds(trigger)
     left = round(rate * (watermark_s + range_s + batches_s))
     right = round(right_rate * (watermark_s + batches_s))
+    semi = " (at most: a left semi join drops a left row at its first match)" if join_type == "LeftSemi" else ""
     return left + right, (
         f"left {num(rate)} rows/s x ({num(watermark_s)} s + range {num(range_s)} s + 2 batches {num(batches_s)} s)"
-        f" = {num(left)} + right {num(right_rate)} rows/s x ({num(watermark_s)} s + 2 batches {num(batches_s)} s)"
+        f" = {num(left)}{semi} + right {num(right_rate)} rows/s x ({num(watermark_s)} s + 2 batches {num(batches_s)} s)"
         f" = {num(right)}; = {num(left + right)} rows"
     )
 
@@ -279,7 +294,9 @@ class Operator:
     avro_encoding: bool = False
     # A stream-stream join reads a second input, join_source.
     two_inputs: bool = False
-    # Output mode: these emit each row once, final; only the aggregation can also emit updates.
+    # Output mode: Spark runs these in append mode only (a session window, an outer join, the
+    # custom_state starter's sessions, a limit); an aggregation also emits updates, and a
+    # deduplication, an inner or a left semi join, emitting each row once, run in either (Spark 4.2.1).
     append_only: bool = False
     # The setting (under query) whose duration a state row lives on top of the watermark, if any.
     lifetime_setting: str | None = None
@@ -339,7 +356,6 @@ OPERATORS: dict[str, Operator] = {
             ),
             spark_name="dedupeWithinWatermark",
             held_until="an event id stays until the watermark passes its event time plus the delay (its expiry)",
-            append_only=True,
             state_per_key=False,
         ),
         Operator(
@@ -352,7 +368,7 @@ OPERATORS: dict[str, Operator] = {
                 " rows = left rate x (watermark + range + 2 batches) + right rate x (watermark + 2 batches)"
             ),
             rows=_join_rows,
-            sizing_inputs=("join_input_rows_per_second", "join_range", "trigger"),
+            sizing_inputs=("join_input_rows_per_second", "join_range", "trigger", "join_type"),
             beyond_headline=(
                 "a left row also waits the join range for its matches, and both sides keep two"
                 " batches more since the watermark moves between batches"
@@ -360,8 +376,8 @@ OPERATORS: dict[str, Operator] = {
             spark_name="symmetricHashJoin",
             held_until=(
                 "a left row stays until the watermark passes its event time plus the join range, a right row until"
-                " the watermark passes its event time; a left row unmatched then is emitted with nulls (left outer)"
-                " and dropped"
+                " the watermark passes its event time; a row unmatched then is emitted with nulls (an outer join's"
+                " side) and dropped; a left semi join drops a left row at its first match"
             ),
             two_inputs=True,
             append_only=True,
@@ -438,7 +454,6 @@ OPERATORS: dict[str, Operator] = {
                 "an id stays until the watermark passes its event time when the event time is one of the columns,"
                 " otherwise for as long as the query runs"
             ),
-            append_only=True,
             evicts=_evicts,
             state_per_key=False,
         ),

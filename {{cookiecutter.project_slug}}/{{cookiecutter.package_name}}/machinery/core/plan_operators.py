@@ -41,6 +41,8 @@ class PlanOperator:
     # A windowed aggregation's window length, a join's time range ("15 minutes"), as the plan has them.
     window: str | None = None
     join_range: str | None = None
+    # A stream-stream join's type as Spark names it (Inner, LeftOuter, RightOuter, FullOuter, LeftSemi).
+    join_type: str | None = None
     # The operator id of the stateful operator whose output feeds it, if any (a join: its left input's).
     upstream: int | None = None
     # An aggregation grouped by its window alone (no key column): one row per window.
@@ -75,6 +77,7 @@ class PlanOperator:
             "slide": self.slide,
             "gap": self.gap,
             "join_range": self.join_range,
+            "join_type": self.join_type,
             "timeout": self.timeout,
             "key_cardinality": 1 if self.window_only else None,  # one row per window
         }
@@ -92,6 +95,7 @@ class PlanOperator:
         extra += [f"gap {self.gap}"] if self.gap else []
         extra += [f"{self.timeout.replace('_', ' ')} timeout"] if self.timeout else []
         extra += [f"range {self.join_range}"] if self.join_range else []
+        extra += [self.join_type] if self.join_type else []
         extra += [f"watermark {self.watermark}"] if self.watermark else []
         return f"{self.kind} by {self.keys}" + (f" ({', '.join(extra)})" if extra else "")
 

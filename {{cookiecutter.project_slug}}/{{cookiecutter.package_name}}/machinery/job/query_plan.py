@@ -90,6 +90,7 @@ def read_plan(result: DataFrame) -> list[PlanOperator]:
                 watermark=max(delays_below, key=_seconds) if delays_below else None,
                 window=shape.window,
                 join_range=_join_range(node),
+                join_type=_join_type(node),
                 upstream=below,
                 window_only=node.kind == "Aggregate" and all(map(_is_window, node.fields["groupingExpressions"])),
                 slide=shape.slide,
@@ -136,6 +137,13 @@ def _spark_name(node: _Node, shape: _WindowShape) -> str | None:
     function = node.fields.get("functionExpr") or [{}]
     row_api = function[0].get("evalType") in _ROW_API_EVAL_TYPES
     return "transformWithStateInPySparkExec" if row_api else "transformWithStateInPandasExec"
+
+
+def _join_type(node: _Node) -> str | None:
+    """A stream-stream join's type as Spark names it (Inner, LeftOuter, FullOuter, LeftSemi, ...)."""
+    if node.kind != "Join":
+        return None
+    return str(node.fields.get("joinType", {}).get("object", "")).rsplit(".", 1)[-1].rstrip("$") or None
 
 
 def _timeout(node: _Node) -> str | None:

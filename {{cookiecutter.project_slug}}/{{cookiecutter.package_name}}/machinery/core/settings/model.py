@@ -34,7 +34,7 @@ from ..checkpoint.files import local_checkpoint
 from ..confs import MANAGED_CONFS, MANAGED_PREFIXES
 from ..contract import QUERY_MODULE, user_query
 from ..durations import AVAILABLE_NOW, parse_duration
-from ..operators import NAMES, OPERATORS
+from ..operators import NAMES, OPERATORS, SPARK_JOIN_TYPES, UPDATE_JOIN_TYPES
 from ..plan_operators import PlanOperator, chain, flow_order
 from ..sizing import capacity
 from ..sizing.capacity import JAVA_INT, MAXIMA, Estimate
@@ -642,7 +642,9 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _operator_fits_inputs_and_store(self) -> Settings:
-        problems = [] if self.query.operator is None else self.operator_problems([self.query.operator])
+        starter = self.query.operator
+        join_types = [SPARK_JOIN_TYPES[self.query.join.type]] if starter == "stream_stream_join" else []
+        problems = [] if starter is None else self.operator_problems([starter], join_types)
         if problems:
             raise ValueError(problems[0])
         both = self.join_source
@@ -653,9 +655,10 @@ class Settings(BaseSettings):
             )
         return self
 
-    def operator_problems(self, names: Sequence[str]) -> list[str]:
+    def operator_problems(self, names: Sequence[str], join_types: Sequence[str | None] = ()) -> list[str]:
         """What the stateful operators `names` need of the inputs, the store and the sink, one line each:
-        checked for the starter's OPERATOR when the settings load, and for the plan's before a run."""
+        checked for the starter's OPERATOR when the settings load, and for the plan's before a run.
+        `join_types`: the stream-stream joins' types as Spark names them, where known."""
         known = [name for name in names if name in OPERATORS]
         ran = f"the query runs {chain(names)}"
         problems = []
@@ -678,7 +681,8 @@ class Settings(BaseSettings):
                     f"{ran} but state_store.encoding_format is avro: Spark encodes only transformWithState's state"
                     f" in Avro and refuses {name} at start; set state_store.encoding_format to unsaferow"
                 )
-            if op.append_only and self.sink.output_mode != "append":
+            updates = name == "stream_stream_join" and join_types and set(join_types) <= set(UPDATE_JOIN_TYPES)
+            if op.append_only and self.sink.output_mode != "append" and not updates:
                 problems.append(
                     f"{ran} but sink.output_mode is {self.sink.output_mode}: {name} emits each row once, final,"
                     " and Spark runs it in append mode only; set sink.output_mode to append"
@@ -690,7 +694,7 @@ class Settings(BaseSettings):
         held against them: one entry per operator, in the order events reach them."""
         flow = flow_order(plan)
         kinds = [operator.kind for operator in flow]
-        problems = self.operator_problems(kinds)
+        problems = self.operator_problems(kinds, [operator.join_type for operator in flow if operator.join_type])
         entries = self.capacity.operators
         if entries and len(entries) != len(flow):
             problems.append(

@@ -54,6 +54,7 @@ SHAPE_DEFAULTS = {
     "key_cardinality": None,  # unknown: every event may be a new key (the upper bound)
     "join_input_rows_per_second": None,  # unknown: the same as the input rate
     "join_range": "15 minutes",
+    "join_type": "Inner",
     "session_timeout": "30 minutes",
     "trigger": DEFAULT_TRIGGER,
     "slide": None,  # a tumbling window: it slides by its length
@@ -74,6 +75,7 @@ SHAPE_SETTINGS = {
     "key_cardinality": "capacity.key_cardinality",
     "join_input_rows_per_second": "capacity.join_input_rows_per_second",
     "join_range": "query.join.range",
+    "join_type": "the query's plan",
     "session_timeout": "query.custom_state.session_timeout",
     "trigger": "query.trigger",
     "slide": "the query's plan",

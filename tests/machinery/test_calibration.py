@@ -45,8 +45,17 @@ def assert_predicts(spark, tmp_path, settings, bytes_per_row: int, calibrated_pe
     )
 
 
+# RocksDB's measure (its SST files per row) is read the same way for every operator: the default and
+# custom_state bakes run it in CI; the deduplication and join bakes' runs are secondary (make
+# test-all), beside their HDFS-backed runs, which measure each operator's own heap per row.
+ROCKSDB_IN_CI = ("windowed_aggregation", "custom_state")
+
+
 @pytest.mark.operator
-@pytest.mark.parametrize("provider", ["hdfs", "rocksdb"])
+@pytest.mark.parametrize(
+    "provider",
+    ["hdfs", pytest.param("rocksdb", marks=[] if BAKED_OPERATOR in ROCKSDB_IN_CI else [pytest.mark.secondary])],
+)
 def test_estimate_calibrate_measures_and_predicts_a_larger_run(spark, tmp_path, provider):
     if BAKED_OPERATOR == "custom_state" and provider == "hdfs":
         pytest.skip("custom_state runs only on the RocksDB state store")

@@ -30,6 +30,8 @@ def load_settings(path: Path | str = DEFAULT_SETTINGS_FILE, **overrides: Any) ->
     path = Path(path)
     data = read_yaml_mapping(path)
     misplaced = _operator_set_outside_code(data, path)
+    if misplaced:  # validated with another operator, the rest would only list its consequences
+        raise SettingsError(misplaced + _unknown_environment_names())
     query = data.get("query")
     if isinstance(query, dict) and operator_name() is not None:
         # The starter's label is the code's: the query module keeps it (the plan decides the rest).
@@ -47,7 +49,7 @@ def load_settings(path: Path | str = DEFAULT_SETTINGS_FILE, **overrides: Any) ->
         ) -> tuple[PydanticBaseSettingsSource, ...]:
             return init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=data)
 
-    unknown = misplaced + _unknown_environment_names()
+    unknown = _unknown_environment_names()
     try:
         settings = FromFile(**overrides)
     except ValidationError as error:

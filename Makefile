@@ -32,7 +32,7 @@ test: setup check-java connectors ## run all tests: bakes, bad answers, and the 
 connectors: setup check-java ## fetch the delta-spark and Kafka connector JARs (Ivy) and the local Kafka broker (mvn), once, from Maven Central
 	$(BIN)/python tests/fetch_connectors.py
 
-test-all: setup check-java connectors ## make test plus the secondary proofs and the soak, which CI leaves out (about 28 minutes on 2 cores)
+test-all: setup check-java connectors ## make test plus the secondary proofs, the soak and the overhead benchmark's smoke run, which CI leaves out (about 28 minutes on 2 cores)
 	TEST_ALL=1 $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 test-fast: setup ## the tests that run no generated test suite

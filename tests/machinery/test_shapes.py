@@ -86,8 +86,9 @@ RUNNING_COUNTS_PROCESSING_TIME = RUNNING_COUNTS.replace(
     TIMEOUT_LINE, "        state.setTimeoutDuration(3_600_000)\n"
 ).replace("EventTimeTimeout", "ProcessingTimeTimeout")
 
-# transformWithState's Row API: a count per key in a value state; the key's state stays (the
-# estimate takes the keys of its session timeout, here the 200 keys).
+# transformWithState's Row API: a count per key in a value state, each update emitted (update mode,
+# which Spark runs transformWithState in); the key's state stays (the estimate takes the keys of its
+# session timeout, here the 200 keys).
 ROW_COUNTS = """
     from pyspark.sql import Row
     from pyspark.sql.streaming import StatefulProcessor
@@ -104,7 +105,7 @@ ROW_COUNTS = """
         def close(self):
             pass
 
-    return EVENTS.groupBy("key").transformWithState(Count(), "key string, events long", "Append", "None")
+    return EVENTS.groupBy("key").transformWithState(Count(), "key string, events long", "Update", "None")
 """
 
 # name -> (the body's return expression or code, keys, Spark's operator name, sink, capacity changes)
@@ -178,7 +179,7 @@ SHAPES = {
         "parquet",
         {"state_timeout": "1 hour"},
     ),
-    "transformWithState, Row API": (ROW_COUNTS, 200, "transformWithStateInPySparkExec", "parquet", {}),
+    "transformWithState, Row API, update mode": (ROW_COUNTS, 200, "transformWithStateInPySparkExec", "console", {}),
     "limit": ("return EVENTS.limit(50)", UNIQUE_KEYS, "globalLimit", "parquet", {}),
 }
 

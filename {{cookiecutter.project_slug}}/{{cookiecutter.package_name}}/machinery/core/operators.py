@@ -294,9 +294,9 @@ class Operator:
     avro_encoding: bool = False
     # A stream-stream join reads a second input, join_source.
     two_inputs: bool = False
-    # Output mode: Spark runs these in append mode only (a session window, an outer join, the
-    # custom_state starter's sessions, a limit); an aggregation also emits updates, and a
-    # deduplication, an inner or a left semi join, emitting each row once, run in either (Spark 4.2.1).
+    # Output mode: Spark runs these in append mode only (a session window, an outer join, a limit);
+    # an aggregation also emits updates, and a deduplication, an inner or a left semi join and
+    # transformWithState (whatever mode its processor declares) run in either (tried on Spark 4.2.1).
     append_only: bool = False
     # The setting (under query) whose duration a state row lives on top of the watermark, if any.
     lifetime_setting: str | None = None
@@ -403,7 +403,6 @@ OPERATORS: dict[str, Operator] = {
             held_until="a key stays until the watermark passes its last event plus the session timeout; then its session is emitted and dropped",
             rocksdb_only="Spark runs transformWithState only on RocksDB",
             avro_encoding=True,
-            append_only=True,
             lifetime_setting="custom_state.session_timeout",
             sample_run_length=10,
             sample_spans_lifetime=True,

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -157,6 +157,11 @@ def edited_query(query_edits: Mapping[str, str]) -> Iterator[None]:
         sys.modules[name] = saved
         package.query = saved  # type: ignore[attr-defined]
         user_query.cache_clear()
+
+
+def secondary_among(names: Iterable[str], secondary: Collection[str]) -> list[Any]:
+    """Parameters `names`, those in `secondary` marked secondary (CI leaves them out, make test-all runs them)."""
+    return [pytest.param(name, marks=[pytest.mark.secondary] if name in secondary else []) for name in names]
 
 
 def jvm_free(stderr: str) -> str:

@@ -36,6 +36,7 @@ from .conftest import (
     project_copy,
     read_events_batch,
     run_main,
+    secondary_among,
     write_settings_file,
 )
 from .test_exactly_once import crash_mid_batch
@@ -227,10 +228,7 @@ def batches(stdout: str) -> list[dict]:
 SECONDARY_SHAPES = ("applyInPandasWithState, no timeout", "applyInPandasWithState, processing-time timeout")
 
 
-@pytest.mark.parametrize(
-    "shape",
-    [pytest.param(name, marks=[pytest.mark.secondary] if name in SECONDARY_SHAPES else []) for name in SHAPES],
-)
+@pytest.mark.parametrize("shape", secondary_among(SHAPES, SECONDARY_SHAPES))
 def test_each_shape_restarts_and_keeps_the_rows_the_estimate_says(spark, tmp_path, shape):
     code, keys, spark_name, sink, capacity = SHAPES[shape]
     # transformWithState runs on RocksDB only.

@@ -24,7 +24,7 @@ from stream_job.machinery.job.query_plan import checked_plan
 from stream_job.machinery.job.runner import run_query
 from stream_job.machinery.job.session import apply_confs
 
-from .conftest import BAKED_OPERATOR, edited_query, write_settings_file
+from .conftest import BAKED_OPERATOR, edited_query, secondary_among, write_settings_file
 
 pytestmark = [pytest.mark.streaming, pytest.mark.operator]
 
@@ -76,10 +76,6 @@ def example_payload(keys: int, recent_events: int) -> int:
     return round(columns[BAKED_OPERATOR])
 
 
-def payload_of(settings, keys: int) -> int:
-    return example_payload(keys, settings.query.custom_state.recent_events)
-
-
 def case_settings(tmp_path, keys: int, join: str | None, provider: str):
     rate = {"type": "rate", "rate": {**RATE, "keys": keys}}
     query = {
@@ -118,13 +114,7 @@ def case_settings(tmp_path, keys: int, join: str | None, provider: str):
 SECONDARY_CASES = ("left outer",) + (("200 keys",) if BAKED_OPERATOR == "custom_state" else ())
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(name, marks=[pytest.mark.secondary] if name in SECONDARY_CASES else [])
-        for name in CASES[BAKED_OPERATOR]
-    ],
-)
+@pytest.mark.parametrize("case", secondary_among(CASES[BAKED_OPERATOR], SECONDARY_CASES))
 def test_the_estimate_is_what_spark_keeps(spark, tmp_path, case):
     keys, join, provider, edits = CASES[BAKED_OPERATOR][case]
     settings = case_settings(tmp_path, keys, join, provider)
@@ -133,7 +123,9 @@ def test_the_estimate_is_what_spark_keeps(spark, tmp_path, case):
         query = run_query(spark, settings, max_batches=BATCHES)
         # The estimate from the query's plan, as the job makes it (a join's type is read there).
         estimate = settings.sizing(
-            checked_plan(settings), trigger=RATE["advance_per_batch"], state_bytes_per_row=payload_of(settings, keys)
+            checked_plan(settings),
+            trigger=RATE["advance_per_batch"],
+            state_bytes_per_row=example_payload(keys, settings.query.custom_state.recent_events),
         )
     operators = [p["stateOperators"][0] for p in query.recentProgress if p["stateOperators"]]
     assert len(operators) >= BATCHES - 1, len(operators)

@@ -218,7 +218,7 @@ def _join_rows(
     join_input_rows_per_second: float | None,
     join_range: str,
     trigger: str,
-    join_type: str = "Inner",
+    join_type: str,
 ) -> Rows:
     # A left row waits for right rows up to `range` after it, and those may be up to the watermark
     # late; a right row waits only for left rows still to come within the watermark. Measured

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+import py4j as py4j_package
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
@@ -115,14 +116,29 @@ def _text(value: object) -> str:
 
 
 def quiet_py4j_threads() -> None:
-    """py4j logs from its own threads (the one that calls the job's progress listener) when the JVM goes
-    away under them, a traceback printed by logging's last resort beside the job's one-line end (an
-    out-of-memory exit, a kill). The job names the cause itself; py4j's loggers keep their records to
-    a handler of their own (none) instead of the console. A user's logging.config can still attach one."""
+    """py4j logs when the JVM goes away under a call (an out-of-memory exit, a kill), a traceback beside
+    the job's one-line end that names the cause itself: from its own threads (the one that calls the
+    job's progress listener) on its loggers, which keep their records to a handler of their own (none),
+    and, when the connection resets while a call waits for its answer, from GatewayClient.send_command
+    on the root logger (logging.exception), whose records from py4j's files the root logger drops.
+    A user's logging.config can still attach a handler to the "py4j" logger."""
     py4j = logging.getLogger("py4j")
     if not py4j.handlers:
         py4j.addHandler(logging.NullHandler())
         py4j.propagate = False
+    root = logging.getLogger()
+    if not any(isinstance(each, _FromPy4jFiles) for each in root.filters):
+        root.addFilter(_FromPy4jFiles())
+
+
+class _FromPy4jFiles(logging.Filter):
+    """Drops the records py4j's own code logs on the root logger (a logger's filters see only the
+    records logged on it, so nothing logged elsewhere and propagated is touched)."""
+
+    folder = os.path.dirname(py4j_package.__file__) + os.sep
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.pathname.startswith(self.folder)
 
 
 def build_session(

@@ -19,17 +19,16 @@ from cookiecutter.main import cookiecutter
 TEMPLATE = Path(__file__).resolve().parents[1]
 
 # CI balance (make test runs with -n 2 --dist loadgroup): the longest runs are xdist groups, handed
-# out first in this order: the default bake's machinery proofs (two runs, about 9 minutes each on 2
-# cores) to one worker, the three operator bakes' (about 16 minutes together) to the other, and the
-# third default-bake run (chains and state files, about 3) queued behind the first two, since xdist
-# gives a worker a second unit while its first has 2 tests or fewer to run. The short tests fill in
-# around them. Left to the short tests' order, that third run started last, and one worker sat idle
-# for its last minutes. Left to worksteal, two long bakes queued behind each other on one worker
-# (measured: 25:38 for the whole CI when it took 30; 27:04 for pytest alone when pytest 9.2 silently
-# broke the grouping, hence its pin and the check below).
+# out first: the default bake's machinery proofs (two runs, about 20 minutes of a worker together on
+# 2 cores) to one worker, the three operator bakes' and the third default-bake run (chains and state
+# files; about 17 minutes together) to the other. The short tests (some 7 minutes) fill in around
+# them, most on the second worker. Measured: with the chains and state files queued behind the
+# default bake's runs instead, that worker ran 22:29 of pytest's 22:31 while the other idled for its
+# last 2 minutes. Left to worksteal, two long bakes queued behind each other on one worker (25:38 for
+# the whole CI when it took 30; 27:04 for pytest alone when pytest 9.2 silently broke the grouping,
+# hence its pin and the check below).
 DEFAULT_BAKE = pytest.mark.xdist_group("default-bake")
-OPERATOR_BAKES = pytest.mark.xdist_group("operator-bakes")
-STATE_FILES_BAKE = pytest.mark.xdist_group("state-files-bake")
+OTHER_BAKES = pytest.mark.xdist_group("other-bakes")
 
 
 @pytest.hookimpl(trylast=True)  # after xdist's own hook, which tags a grouped test's node id with its group

@@ -8,9 +8,8 @@ machinery is byte for byte the same in every bake (tests/test_bake.py proves it)
 does not depend on the operator runs once, in the default bake (in two runs, the crashes and Kafka's
 proofs and then the rest, so that no test item takes 15 minutes; the chains of test_chains.py, marker
 `chains`, and the savepoints and integrity faults, marker `state_files`, in a third run, which CI
-queues behind the first two on the same worker: tests/conftest.py says why); a test marked
-`operator` runs in
-the bake of every operator (a parametrized one may mark only some cases: inspect in a fresh process
+queues behind the operator bakes on the other worker: tests/conftest.py says why); a test marked
+`operator` runs in the bake of every operator (a parametrized one may mark only some cases: inspect in a fresh process
 per operator on RocksDB, on HDFS in the default bake only; bench in the default bake and in
 custom_state's, which runs on RocksDB alone); the standalone cluster test (marker `cluster`) runs in the join bake,
 on RocksDB with two inputs. A test marked `secondary` proves what another proves more strictly
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import DEFAULT_BAKE, OPERATOR_BAKES, STATE_FILES_BAKE, TEMPLATE, bake, run_in
+from .conftest import DEFAULT_BAKE, OTHER_BAKES, TEMPLATE, bake, run_in
 
 pytestmark = pytest.mark.slow
 
@@ -51,29 +50,28 @@ BAKES = [
         id="windowed_aggregation:everything-else",
     ),
     pytest.param(
-        {"stateful_operator": "deduplication"}, "operator" + LEFT_OUT, marks=OPERATOR_BAKES, id="deduplication:operator"
+        {"stateful_operator": "deduplication"}, "operator" + LEFT_OUT, marks=OTHER_BAKES, id="deduplication:operator"
     ),
     pytest.param(
         {"stateful_operator": "stream_stream_join", "state_store_provider": "rocksdb"},
         "(operator or cluster)" + LEFT_OUT,
-        marks=OPERATOR_BAKES,
+        marks=OTHER_BAKES,
         id="stream_stream_join:operator-and-cluster",
     ),
     # RocksDB without changelog checkpointing: the store the other bakes do not crash.
     pytest.param(
         {"stateful_operator": "custom_state", "changelog_checkpointing": False},
         "operator" + LEFT_OUT,
-        marks=OPERATOR_BAKES,
+        marks=OTHER_BAKES,
         id="custom_state:operator",
     ),
     # The chains of tests/machinery/test_chains.py, the savepoints and the integrity faults in a default
     # bake of their own (the custom_state chain runs in the custom_state bake: it needs its processor).
-    # Listed after the operator bakes: xdist queues it on the worker of the default bake, so it does
-    # not start last, behind the short tests, with the other worker left idle.
+    # On the operator bakes' worker, after them (tests/conftest.py says why).
     pytest.param(
         {},
         "(chains or state_files) and not operator" + LEFT_OUT,
-        marks=STATE_FILES_BAKE,
+        marks=OTHER_BAKES,
         id="windowed_aggregation:chains-and-state-files",
     ),
 ]

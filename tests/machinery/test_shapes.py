@@ -29,17 +29,18 @@ from stream_job.machinery.operations.inspection import operator_names
 from .conftest import (
     BAKED_OPERATOR,
     DEFAULT_OPERATOR,
+    committed_batches,
     deep_merge,
     edited_query,
     files_job,
     final_watermark,
-    project_copy,
     read_events_batch,
+    run_cli,
     run_main,
     secondary_among,
     write_settings_file,
 )
-from .test_exactly_once import crash_mid_batch
+from .test_exactly_once import edited_query_killed_and_restarted
 
 pytestmark = [
     pytest.mark.streaming,
@@ -185,6 +186,12 @@ SHAPES = {
 }
 
 
+def shape_edits(code: str) -> dict[str, str]:
+    """query.py's edit that makes `code` (a return expression or a block) the body of stateful_query."""
+    body = code.replace("EVENTS", EVENTS)
+    return {START: START + ("" if body.startswith("\n") else "    ") + body + "\n"}
+
+
 def shape_settings(tmp_path, keys: int, sink: str, capacity: dict, provider: str = "hdfs") -> str:
     changes = {
         "spark": {"shuffle_partitions": 2, "master": "local[2]"},
@@ -234,8 +241,7 @@ def test_each_shape_restarts_and_keeps_the_rows_the_estimate_says(spark, tmp_pat
     # transformWithState runs on RocksDB only.
     provider = "rocksdb" if spark_name.startswith("transformWithState") else "hdfs"
     settings_path = shape_settings(tmp_path, keys, sink, capacity, provider)
-    body = code.replace("EVENTS", EVENTS)
-    with edited_query({START: START + ("" if body.startswith("\n") else "    ") + body + "\n"}):
+    with edited_query(shape_edits(code)):
         first = run_main("--settings", settings_path, "--max-batches", str(BATCHES))
         assert first.returncode == 0, first.stderr
         again = run_main("--settings", settings_path, "--max-batches", "1")
@@ -304,14 +310,20 @@ def counts_never_twice(spark, settings, expected, checkpoint):
     the key's events up to its newest, so a batch replayed after the kill counted nothing twice."""
     output = read_output(spark, settings.sink)
     events = read_events_batch(spark, settings.source.files.path)
-    assert output.count() == output.distinct().count() > 0
     counted = output.alias("o").join(
         events.alias("e"), (F.col("o.key") == F.col("e.key")) & (F.col("e.event_time") <= F.col("o.newest"))
     )
     recount = counted.groupBy("o.key", "o.newest", "o.events").agg(F.count(F.lit(1)).alias("input"))
     assert recount.where(F.col("events") != F.col("input")).count() == 0
     assert recount.count() == output.count()
-    # Nothing lost: each key's last count is all its events.
+    running_counts_end_at_every_event(spark, settings, expected, checkpoint)
+
+
+def running_counts_end_at_every_event(spark, settings, expected, checkpoint):
+    """A running count per key emitted at each call: no row twice (a replayed batch's rows are the
+    ones its first try wrote), and each key's last count is all its events, none lost or counted twice."""
+    output = read_output(spark, settings.sink)
+    assert output.count() == output.distinct().count() > 0
     assertDataFrameEqual(output.groupBy("key").agg(F.max("events").alias("events")), expected)
 
 
@@ -355,30 +367,83 @@ KILLED = {
         None,
         UPDATES_TO_THE_CONSOLE,
     ),
+    "dropDuplicates without a watermark": ('return EVENTS.dropDuplicates(["event_id"])', every_row_at_once, None, {}),
     "limit": (f"return EVENTS.limit({LIMIT})", the_first_rows, None, {}),
     "applyInPandasWithState": (RUNNING_COUNTS, counts_never_twice, events_per_key, {}),
+    "applyInPandasWithState, no timeout": (RUNNING_COUNTS_KEPT, counts_never_twice, events_per_key, {}),
+    # Into parquet: the processor declares append; transformWithState runs on RocksDB only.
+    "transformWithState, Row API": (
+        ROW_COUNTS.replace('"Update", "None"', '"Append", "None"'),
+        running_counts_end_at_every_event,
+        events_per_key,
+        {"state_store": {"provider": "rocksdb"}},
+    ),
 }
+# Secondary (make test-all runs them), each recovering through the same operator and state as one in
+# CI: dropDuplicates with the event time as it does without (only the keys differ, and the eviction
+# no kill can reach), applyInPandasWithState without a timeout as with one (only when a key is dropped
+# differs), and the Row API's transformWithState as transformWithStateInPandas, killed in the
+# custom_state bake (one exec on the JVM; the Row API differs in how Python reads and writes rows).
+# A processing-time timeout is not killed here: these runs end with their input (available_now), which
+# it never lets a run do (the test below).
+SECONDARY_KILLED = (
+    "dropDuplicates with the event time",
+    "applyInPandasWithState, no timeout",
+    "transformWithState, Row API",
+)
 
 
 @pytest.mark.faults
-@pytest.mark.parametrize("shape", list(KILLED))
+@pytest.mark.parametrize("shape", secondary_among(KILLED, SECONDARY_KILLED))
 def test_a_shape_killed_mid_batch_restarts_to_the_batch_computation(
     spark, make_settings, write_settings, tmp_path, shape
 ):
     code, check, batch_job, changes = KILLED[shape]
-    body = code.replace("EVENTS", EVENTS)
-    edits = {START: START + ("" if body.startswith("\n") else "    ") + body + "\n"}
-    # The HDFS-backed store (RocksDB's crashes are test_exactly_once's and test_fault_injection's);
-    # 4 files: the kill comes in the third batch, and the restart runs two more and the closing one.
+    edits = shape_edits(code)
+    # The HDFS-backed store where the operator runs on it (RocksDB's crashes are test_exactly_once's and
+    # test_fault_injection's).
     changes = deep_merge(files_job(tmp_path, "parquet", "hdfs", files=4), changes)
-    path = write_settings(changes)
     settings = make_settings(changes)
-    checkpoint = Path(settings.query.checkpoint_location)
-    in_flight = crash_mid_batch(path, checkpoint, tmp_path / "first-run.log", cwd=project_copy(tmp_path, edits))
+    edited_query_killed_and_restarted(write_settings(changes), settings, edits, tmp_path)
     with edited_query(edits):
-        restart = run_main("--settings", str(path))
-        assert restart.returncode == 0, restart.stderr[-3000:]
         events = read_events_batch(spark, settings.source.files.path)
         expected = user_query().stateful_query(events, settings.query) if batch_job is None else batch_job(events)
-    assert f"batch {in_flight}:" in restart.stdout
-    check(spark, settings, expected, checkpoint)
+    check(spark, settings, expected, Path(settings.query.checkpoint_location))
+
+
+# Processing-time timers (applyInPandasWithState's ProcessingTimeTimeout, transformWithState's
+# timeMode ProcessingTime) make Spark run a batch after every batch, so a run to the end of its input
+# never ends (tried on 4 files: batch 1,968 after 16 minutes). The run is refused before a batch;
+# calibration, which runs the query over its sample files to their end, stops after them (the same
+# stop for both: calibrated once).
+# By the machinery's names of the two (applyInPandasWithState, transformWithState).
+PROCESSING_TIME_TIMERS = {
+    "pandas_state": (RUNNING_COUNTS_PROCESSING_TIME, "hdfs"),
+    "custom_state": (ROW_COUNTS.replace('"Update", "None"', '"Append", "ProcessingTime"'), "rocksdb"),
+}
+
+
+@pytest.mark.parametrize("operator", list(PROCESSING_TIME_TIMERS))
+def test_processing_time_timers_under_available_now_are_refused_and_calibration_ends(
+    write_settings, tmp_path, operator
+):
+    code, provider = PROCESSING_TIME_TIMERS[operator]
+    path = write_settings(files_job(tmp_path, "parquet", provider, files=2))
+    with edited_query(shape_edits(code)):
+        run = run_main("--settings", str(path))
+        calibrated = (
+            run_cli("estimate", "--calibrate", "--settings", str(path), "--json")
+            if operator == "pandas_state"
+            else None
+        )
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert run.stderr.splitlines()[-1] == (
+        f"settings error: query.trigger is available_now but the query runs {operator} with processing-time"
+        " timers (a ProcessingTimeTimeout, or timeMode ProcessingTime), for which Spark runs a batch after every"
+        " batch: the run would never end; set query.trigger to an interval such as '1 minute', stop it with"
+        " --max-batches, or time the state out by event time"
+    )
+    assert committed_batches(tmp_path / "checkpoint") == []
+    if calibrated is not None:
+        assert calibrated.returncode == 0, calibrated.stderr[-3000:]
+        assert json.loads(calibrated.stdout)["calibration"]["peak_rows"] > 0

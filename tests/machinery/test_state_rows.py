@@ -41,8 +41,9 @@ JOIN_RETURN = '    return left.join(right, condition, query.join.type).select(*E
 FULL_OUTER = {JOIN_RETURN: JOIN_RETURN.replace("query.join.type", '"full_outer"')}
 # A left semi join drops a left row at its first match, so its estimate is a bound: held here where
 # no right key matches (each gets a suffix), every left row kept until the watermark passes it.
+LEFT_SEMI = {JOIN_RETURN: '    return left.join(right, condition, "left_semi")\n'}
 LEFT_SEMI_UNMATCHED = {
-    JOIN_RETURN: '    return left.join(right, condition, "left_semi")\n',
+    **LEFT_SEMI,
     '        F.col("key").alias("join_key"),\n': '        F.concat("key", F.lit("~")).alias("join_key"),\n',
 }
 # Per operator: the cases the issue asks for, each a name -> (keys, join type, store, query edits).

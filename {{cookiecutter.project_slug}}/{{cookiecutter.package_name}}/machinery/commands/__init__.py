@@ -98,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         AnalysisException,
     ) as error:  # the query as written: a chain Spark does not run, a column it lacks
         print(
-            f"query error: Spark refuses the query of {QUERY_MODULE}: {first_line(str(error))}; change the query"
-            " (no batch ran)",
+            # Some of Spark's messages end in a semicolon of their own.
+            f"query error: Spark refuses the query of {QUERY_MODULE}: {first_line(str(error)).rstrip(';')}; change the"
+            " query (no batch ran)",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT

@@ -50,7 +50,7 @@ class PlanOperator:
     # A sliding window's slide, a session window's gap ("5 minutes"), as the plan has them.
     slide: str | None = None
     gap: str | None = None
-    # applyInPandasWithState's timeout: none, processing_time or event_time.
+    # applyInPandasWithState's timeout, transformWithState's timers: none, processing_time or event_time.
     timeout: str | None = None
     # Whether Spark drops rows of its state by the watermark (dropDuplicates and an aggregation
     # without a window do only when the watermarked event time is one of their keys).

@@ -146,12 +146,23 @@ def _join_type(node: _Node) -> str | None:
     return str(node.fields.get("joinType", {}).get("object", "")).rsplit(".", 1)[-1].rstrip("$") or None
 
 
+# The clock an operator's timers run on: applyInPandasWithState's GroupStateTimeout, transformWithState's
+# time mode (its `timeMode`), by their names in the plan.
+_TIMER_FIELDS = {"FlatMapGroupsInPandasWithState": "timeout", "TransformWithStateInPySpark": "timeMode"}
+_TIMERS = {
+    "ProcessingTimeTimeout": "processing_time",
+    "EventTimeTimeout": "event_time",
+    "ProcessingTime": "processing_time",
+    "EventTime": "event_time",
+}
+
+
 def _timeout(node: _Node) -> str | None:
-    """applyInPandasWithState's GroupStateTimeout: none, processing_time or event_time."""
-    if node.kind != "FlatMapGroupsInPandasWithState":
+    """applyInPandasWithState's timeout or transformWithState's timers: none, processing_time or event_time."""
+    if node.kind not in _TIMER_FIELDS:
         return None
-    name = str(node.fields.get("timeout", {}).get("object", "")).rsplit(".", 1)[-1].rstrip("$")
-    return {"ProcessingTimeTimeout": "processing_time", "EventTimeTimeout": "event_time"}.get(name, "none")
+    name = str(node.fields.get(_TIMER_FIELDS[node.kind], {}).get("object", "")).rsplit(".", 1)[-1].rstrip("$")
+    return _TIMERS.get(name, "none")
 
 
 def _evicts(node: _Node, shape: _WindowShape, line: str) -> bool:

@@ -14,7 +14,7 @@ from pyspark.sql.streaming import StreamingQuery
 from ..core.checkpoint.files import CheckpointRead
 from ..core.contract import QUERY_MODULE, project_code, user_query
 from ..core.plan_operators import PlanOperator, chain, flow_order, unsized
-from ..core.settings import Settings
+from ..core.settings import Settings, SettingsError
 from .driver_jvm import jvm_ran_out_of_memory
 from .endpoints.sinks import start_query
 from .endpoints.sources import read_events
@@ -95,6 +95,9 @@ def run_query(
     remarks_to = monitoring.remarks_to(progress_to)
     result = build_result(spark, settings)
     plan = follow_plan(result, settings, held, remarks_to)
+    endless = None if max_batches is not None else settings.endless_run(plan)
+    if endless:
+        raise SettingsError([endless])
     sizing = settings.sizing(plan) if any(operator.known for operator in plan) else None
     probe = local_probe(spark)
     warning = start_warning(settings, sizing, probe)

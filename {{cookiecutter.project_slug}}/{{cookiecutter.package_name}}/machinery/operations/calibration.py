@@ -150,7 +150,8 @@ def measured_run(
     shape = write_for_settings(trial, CALIBRATION_FILES, events_per_file, keys=UNIQUE_KEYS, advance=advance)
     apply_confs(spark, trial)
     try:
-        query = run_query(spark, trial, progress_to=progress_to)
+        # The files and a closing batch: the end of an available-now run, which processing-time timers put off.
+        query = run_query(spark, trial, max_batches=shape.files + 1, progress_to=progress_to)
     except StreamingQueryException as error:
         raise CalibrationError(f"the calibration run failed: {first_line(str(error))}") from None
     return measure(query.recentProgress, trial.state_store.provider, shape.files * shape.events_per_file)

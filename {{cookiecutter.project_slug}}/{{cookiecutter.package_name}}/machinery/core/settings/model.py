@@ -710,6 +710,19 @@ class Settings(BaseSettings):
                 )
         return problems
 
+    def endless_run(self, plan: Sequence[PlanOperator]) -> str | None:
+        """Why a run to the end of its input would never end: an available-now trigger over processing-time
+        timers, for which Spark runs a batch after every batch (one may be due by the clock)."""
+        clocked = [operator.kind for operator in flow_order(plan) if operator.timeout == "processing_time"]
+        if not clocked or self.query.trigger != AVAILABLE_NOW:
+            return None
+        return (
+            f"query.trigger is available_now but the query runs {clocked[0]} with processing-time timers (a"
+            " ProcessingTimeTimeout, or timeMode ProcessingTime), for which Spark runs a batch after every batch:"
+            " the run would never end; set query.trigger to an interval such as '1 minute', stop it with"
+            " --max-batches, or time the state out by event time"
+        )
+
     def problems_before_run(self) -> list[str]:
         """What a run needs beyond valid settings: landing directories that exist, secrets that are set,
         and a checkpoint and output location this process can write to."""

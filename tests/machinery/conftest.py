@@ -12,7 +12,6 @@ import hashlib
 import io
 import json
 import os
-import shlex
 import socket
 import subprocess
 import sys
@@ -30,8 +29,11 @@ from stream_job.machinery import commands
 from stream_job.machinery.core.contract import user_query
 from stream_job.machinery.core.durations import parse_duration
 from stream_job.machinery.core.settings import ENV_PREFIX, Settings, load_settings
-from stream_job.machinery.job.connectors import submit_arguments
+from stream_job.machinery.job.connector_jars import JARS_FOLDER
+from stream_job.machinery.job.connectors import resolution_confs
+from stream_job.machinery.job.driver_jvm import launch_driver_jvm
 from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS, write_sample_files
+from stream_job.machinery.job.session import log_dir, start_confs
 from stream_job.machinery.operations import local_kafka
 from stream_job.machinery.testing import run_batch
 from stream_job.query import EVENT_SCHEMA, OPERATOR
@@ -133,6 +135,10 @@ def project_copy(folder: Path, query_edits: dict[str, str], module: str = "query
     project = folder / "project"
     shutil.copytree(PACKAGE_DIR, project / PACKAGE_DIR.name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(PROJECT_DIR / "main.py", project)
+    # The project's connectors: resolved once, shared by its copies (they resolve into it what it lacks).
+    shutil.copy(PROJECT_DIR / "ivysettings.xml", project)
+    (PROJECT_DIR / JARS_FOLDER).mkdir(exist_ok=True)
+    (project / JARS_FOLDER).symlink_to(PROJECT_DIR / JARS_FOLDER)
     (project / PACKAGE_DIR.name / module).write_text(edited_source(module, query_edits))
     return project
 
@@ -408,22 +414,17 @@ def expected_row_count(operator: str, files: int) -> int:
 @pytest.fixture(scope="session", autouse=True)
 def _shared_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> SparkSession:
     """The one local session of this run, up before any proof: the commands run_cli runs take it. Its JVM
-    starts with Spark's Kafka connector (spark-submit's --packages and the project's Ivy settings, through
-    PYSPARK_SUBMIT_ARGS for that start alone), so that jobs reading Kafka run in-process too; the
-    delta-spark writer's session extensions cannot join a running session, so its jobs are processes."""
+    starts as a job's does (launch_driver_jvm: a JVM that dies at its start is one line naming why, its
+    output kept in the captured stderr and logs/jvm-start.log), with Spark's Kafka connector from the
+    project's connector-jars/ (resolved there first when the project has none), so that jobs reading
+    Kafka run in-process too; the delta-spark writer's session extensions cannot join a running session,
+    so its jobs are processes."""
     kafka = load_settings(write_settings_file(tmp_path_factory.mktemp("kafka") / "settings.yaml", KAFKA_SOURCE))
-    before = os.environ.get(SUBMIT_ARGS)
-    os.environ[SUBMIT_ARGS] = f"{shlex.join(submit_arguments(kafka))} pyspark-shell"
-    try:
-        return request.getfixturevalue("spark")
-    finally:
-        if before is None:
-            del os.environ[SUBMIT_ARGS]
-        else:
-            os.environ[SUBMIT_ARGS] = before
-
-
-SUBMIT_ARGS = "PYSPARK_SUBMIT_ARGS"  # what pyspark hands spark-submit when it starts the JVM
+    confs = start_confs(resolution_confs(kafka))
+    launch_driver_jvm(
+        {**confs, "spark.master": "local[2]", "spark.driver.memory": kafka.spark.driver_memory}, log_dir()
+    )
+    return request.getfixturevalue("spark")
 
 
 # Settings whose job reads Kafka: the connector they need is the one the shared session starts with.

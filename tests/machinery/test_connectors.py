@@ -1,8 +1,11 @@
-"""Connector JARs: the coordinates and confs the settings need, and a clear error when they are missing.
+"""Connector JARs: the coordinates and confs the settings need, resolved once into the project, and a
+clear error when they are missing or a JVM cannot start.
 
-pip's pyspark ships neither the Kafka connector nor Delta Lake's JARs. They are fetched through Spark's
-Ivy with the project's ivysettings.xml (test_exactly_once runs the delta-spark writer on them); here
-the missing-JAR and failed-download paths run, on a real session and in real processes.
+pip's pyspark ships neither the Kafka connector nor Delta Lake's JARs. They are resolved through Spark's
+Ivy with the project's ivysettings.xml into connector-jars/, once, and every JVM starts from those files
+(test_exactly_once runs the delta-spark writer on them); here the missing-JAR, failed-resolution and
+failed-start paths run, on a real session and in real processes, and two starts that race on the first
+resolution both start and finish.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import pyspark
 import pytest
 import yaml
 from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.connector_jars import JARS_FOLDER, LOCK_FILE, resolution_key
 from stream_job.machinery.job.connectors import (
     DELTA_EXTENSION,
     Connector,
@@ -21,6 +25,7 @@ from stream_job.machinery.job.connectors import (
     missing_connectors,
     require_connectors,
     required_connectors,
+    resolution_confs,
 )
 from stream_job.machinery.job.session import static_confs
 
@@ -85,9 +90,13 @@ def test_fetching_can_be_turned_off_and_merges_with_own_packages(make_settings):
         **IVY_SETTINGS,
         **HEAP,
     }
-    # A resolver of the user's own in spark.conf is kept.
-    mirror = make_settings(KAFKA_SOURCE | {"spark": {"conf": {"spark.jars.ivySettings": "/etc/ivy.xml"}}})
-    assert static_confs(mirror, submitted=False) == {"spark.jars.packages": KAFKA, **HEAP}
+    # A resolver of the user's own in spark.conf is kept, and so are Ivy's other confs.
+    mirror = make_settings(
+        KAFKA_SOURCE | {"spark": {"conf": {"spark.jars.ivySettings": "/etc/ivy.xml", "spark.jars.ivy": "/opt/ivy"}}}
+    )
+    resolution = {"spark.jars.packages": KAFKA, "spark.jars.ivySettings": "/etc/ivy.xml", "spark.jars.ivy": "/opt/ivy"}
+    assert resolution_confs(mirror) == resolution
+    assert static_confs(mirror, submitted=False) == {**resolution, **HEAP}
     # Under spark-submit its --driver-memory decides (make submit passes spark.driver_memory).
     assert "spark.driver.memory" not in static_confs(mirror, submitted=True)
 
@@ -129,18 +138,18 @@ def test_require_connectors_names_the_packages_to_add(spark, make_settings):
     require_connectors(spark, make_settings(KAFKA_SOURCE))
 
 
-def test_packages_command(write_settings):
+def test_packages_command(write_settings, make_settings):
     settings = str(write_settings(KAFKA_SOURCE))
     result = run_python("-m", "stream_job", "packages", "--settings", settings)
     assert (result.returncode, result.stdout) == (0, f"{KAFKA}\n")
-    # make submit's arguments: the packages and the resolver that fetches them.
+    # make submit's arguments: the JARs the project resolved once (the shared session's start did), as --jars.
     result = run_python("-m", "stream_job", "packages", "--submit-args", "--settings", settings)
-    assert shlex.split(result.stdout) == [
-        "--packages",
-        KAFKA,
-        "--conf",
-        f"spark.jars.ivySettings={IVY_SETTINGS['spark.jars.ivySettings']}",
-    ]
+    assert result.returncode == 0, result.stderr
+    option, jars = shlex.split(result.stdout)
+    folder = PROJECT_DIR / JARS_FOLDER / resolution_key(resolution_confs(make_settings(KAFKA_SOURCE)))
+    assert option == "--jars"
+    assert jars.split(",") == [str(folder / name) for name in (folder / "jars.txt").read_text().split()]
+    assert str(folder / f"org.apache.spark_spark-sql-kafka-0-10_2.13-{SPARK_MINOR}.0.jar") in jars.split(",")
     nothing = run_python("-m", "stream_job", "packages", "--submit-args", "--settings", str(write_settings()))
     assert (nothing.returncode, nothing.stdout) == (0, "\n")
 
@@ -167,20 +176,56 @@ def test_job_without_the_jars_exits_3_with_the_packages_to_add(write_settings, t
     assert not checkpoint.exists()
 
 
-def test_failed_download_is_a_sentence(write_settings, tmp_path):
-    # A mirror that does not answer: the resolution fails as it would without network access.
+def test_failed_resolution_is_a_sentence_naming_ivys_cause(write_settings, make_settings, tmp_path):
+    # A mirror that does not answer: the resolution fails as it would without network access. A package the
+    # project has not resolved yet (another version), so that it is resolved now, in an Ivy home of its own.
     unreachable = tmp_path / "ivysettings.xml"
     unreachable.write_text(
         (PROJECT_DIR / "ivysettings.xml").read_text().replace("https://repo1.maven.org/maven2/", "http://127.0.0.1:9/")
     )
-    conf = {"spark.jars.ivySettings": unreachable.as_uri(), "spark.jars.ivy": str(tmp_path / "ivy")}
+    never = "org.example:not-served:0.0.1"
+    conf = {
+        "spark.jars.ivySettings": unreachable.as_uri(),
+        "spark.jars.ivy": str(tmp_path / "ivy"),
+        "spark.jars.packages": never,
+    }
     checkpoint = tmp_path / "checkpoint"
-    path = write_settings(KAFKA_SOURCE | {"spark": {"conf": conf}, "query": {"checkpoint_location": str(checkpoint)}})
+    changes = KAFKA_SOURCE | {"spark": {"conf": conf}, "query": {"checkpoint_location": str(checkpoint)}}
+    path = write_settings(changes)
     result = run_python("main.py", "--settings", str(path), env=clean_env())
     assert result.returncode == 3, result.stderr[-2000:]
-    assert f"connector error: Spark could not start: fetching --packages {KAFKA} from Maven failed" in result.stderr
-    # "See the Ivy lines above": on a failed resolution its report stays on the console, before the line.
-    assert result.stderr.index(":: resolving dependencies ::") < result.stderr.index("connector error:")
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("connector error:")]
+    log = PROJECT_DIR / "logs" / "packages.log"
+    assert line == (
+        f"connector error: resolving the packages {never},{KAFKA} failed: unresolved dependency:"
+        f" org.example#not-served;0.0.1: not found (Ivy's whole report: {log}). Check access to Maven Central (or"
+        " the mirror named in ivysettings.xml) and start again; without Maven access, set spark.fetch_packages"
+        " false and list the JARs in spark.conf as spark.jars"
+    )
+    assert ":: resolving dependencies ::" in log.read_text()  # Ivy's report, in the log, not on the console
+    assert "Traceback" not in result.stderr
+    assert not checkpoint.exists()
+    # Nothing half-resolved is left in the project: the next start resolves again.
+    assert not (PROJECT_DIR / JARS_FOLDER / resolution_key(resolution_confs(make_settings(changes)))).exists()
+    assert (tmp_path / "ivy" / LOCK_FILE).exists()  # the lock was taken in the Ivy home the resolution used
+
+
+def test_a_jvm_that_cannot_start_is_one_line_naming_its_own_cause(write_settings, tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    # (Spark's launcher passes -XX:+IgnoreUnrecognizedVMOptions: an unknown option would be ignored.)
+    conf = {"spark.driver.extraJavaOptions": "-Xss1x"}
+    path = write_settings({"spark": {"conf": conf}, "query": {"checkpoint_location": str(checkpoint)}})
+    result = run_python("main.py", "--settings", str(path), "--max-batches", "1", env=clean_env())
+    assert result.returncode == 3, result.stderr[-2000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("spark error:")]
+    log = PROJECT_DIR / "logs" / "jvm-start.log"
+    assert line == (
+        "spark error: the driver JVM exited before it was up: Invalid thread stack size: -Xss1x (its whole"
+        f" output: {log}); fix that and start again (nothing was started)"
+    )
+    # The JVM's own words stay on the console above the line, and in the log.
+    assert "Error: Could not create the Java Virtual Machine." in result.stderr
+    assert "Invalid thread stack size: -Xss1x" in log.read_text()
     assert "Traceback" not in result.stderr
     assert not checkpoint.exists()
 

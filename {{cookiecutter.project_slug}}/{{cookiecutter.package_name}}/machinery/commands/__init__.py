@@ -24,6 +24,7 @@ from ..core.contract import PACKAGE, QUERY_MODULE, ContractError, QueryCodeError
 from ..core.settings import SettingsError
 from ..core.text import first_line
 from ..job.connectors import ConnectorError
+from ..job.driver_jvm import JvmStartError
 from ..job.endpoints.kafka import KafkaEndpointError
 from ..job.endpoints.sinks import MissingPackageError
 from ..job.heap import OutOfMemory
@@ -44,6 +45,7 @@ COMMAND_MODULES = (run, estimate, package, checkpoint, repartition, savepoint, b
 REFUSALS: dict[type[Exception], tuple[str, int]] = {
     JavaError: ("java error", EXIT_MISSING_DEPENDENCY),
     ConnectorError: ("connector error", EXIT_MISSING_DEPENDENCY),
+    JvmStartError: ("spark error", EXIT_MISSING_DEPENDENCY),
     MissingPackageError: ("package error", EXIT_MISSING_DEPENDENCY),
     CheckpointUnreadable: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     CheckpointBusy: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),

@@ -1,4 +1,5 @@
-"""`config` and `packages`: what the settings amount to, printed without running anything."""
+"""`config` and `packages`: what the settings amount to, printed without running the job (`packages
+--submit-args` resolves the connectors' JARs first when the project has none yet)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import shlex
 
 from ..core.settings import load_settings
-from ..job.connectors import packages, submit_arguments
+from ..job.connectors import packages, resolution_confs, submit_arguments
 from .arguments import add_settings_argument
 
 
@@ -24,7 +25,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add_settings_argument(needed)
     needed.add_argument(
-        "--submit-args", action="store_true", help="print spark-submit's arguments: --packages and the resolver's conf"
+        "--submit-args",
+        action="store_true",
+        help="print spark-submit's arguments on this machine: the driver's heap and the connectors' JAR files as"
+        " --jars (resolved once into connector-jars/ first)",
     )
     needed.set_defaults(handler=cmd_packages)
 
@@ -41,5 +45,13 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_packages(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
-    print(shlex.join(submit_arguments(settings)) if args.submit_args else packages(settings))
+    if not args.submit_args:
+        print(packages(settings))
+        return 0
+    from ..job.connector_jars import resolved_jars
+    from ..job.session import log_dir
+
+    resolution = resolution_confs(settings)
+    jars = resolved_jars(resolution, log_dir()) if resolution else []
+    print(shlex.join(submit_arguments(settings, jars)))
     return 0

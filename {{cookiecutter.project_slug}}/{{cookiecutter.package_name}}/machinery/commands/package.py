@@ -27,6 +27,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 def cmd_package(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     py_files = build_py_files(args.out)
+    # --packages, not this machine's connector-jars/: the driver may start on another machine (cluster mode).
     command = submit_command(
         args.master or settings.spark.master, args.deploy_mode, py_files, args.settings, submit_arguments(settings)
     )

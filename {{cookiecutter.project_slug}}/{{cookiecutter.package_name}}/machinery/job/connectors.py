@@ -1,15 +1,18 @@
 """JVM connectors that pip's pyspark does not ship: which the settings need, and whether they are there.
 
-The Kafka source and the delta-spark sink live in JARs fetched from Maven (`--packages`), through
-Spark's Ivy with the project's ivysettings.xml: Maven Central, or the mirror named there. The same
-for `python main.py` (spark.jars.packages) and spark-submit (submit_arguments). The job checks for
-them right after the session starts, so a missing JAR is one sentence naming the `--packages` to
-add, not a ClassNotFoundException from inside the first micro-batch.
+The Kafka source and the delta-spark sink live in JARs fetched from Maven, through Spark's Ivy with
+the project's ivysettings.xml: Maven Central, or the mirror named there. `python main.py` and `make
+submit` resolve them once into the project (connector_jars.py) and start from those files; the
+command line printed for a cluster passes `--packages` (submit_arguments). The job checks for them
+right after the session starts, so a missing JAR is one sentence naming the `--packages` to add, not
+a ClassNotFoundException from inside the first micro-batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyspark
 from pyspark.sql import SparkSession
@@ -22,6 +25,10 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 IVY_SETTINGS = "ivysettings.xml"
 IVY_SETTINGS_CONF = "spark.jars.ivySettings"
+PACKAGES_CONF = "spark.jars.packages"
+# The confs Spark's Ivy reads besides the packages: a resolving JVM gets them as spark.conf sets them, a
+# JVM started from the resolved files needs none of them.
+IVY_CONFS = (IVY_SETTINGS_CONF, "spark.jars.ivy", "spark.jars.repositories", "spark.jars.excludes")
 # The Spark releases Delta Lake publishes delta-spark for (4.4.x: delta-spark_4.0, _4.1 and _4.2);
 # none for 4.3 yet.
 DELTA_SPARK_MINORS = ("4.0", "4.1", "4.2")
@@ -83,6 +90,19 @@ def packages(settings: Settings) -> str:
     return ",".join(connector.coordinate for connector in required_connectors(settings))
 
 
+def resolution_confs(settings: Settings) -> dict[str, str]:
+    """What Spark's Ivy resolves for these settings: the connectors' packages after any of spark.conf's own,
+    the resolver (resolver_confs), and spark.conf's other Ivy confs as set there. Empty when nothing is needed
+    or spark.fetch_packages is false."""
+    needed = packages(settings)
+    if not needed or not settings.spark.fetch_packages:
+        return {}
+    own = settings.spark.conf
+    items = [*str(own.get(PACKAGES_CONF, "")).split(","), *needed.split(",")]
+    ivy = {key: str(own[key]) for key in IVY_CONFS if key in own}
+    return {**ivy, PACKAGES_CONF: ",".join(dict.fromkeys(item for item in items if item)), **resolver_confs(settings)}
+
+
 def resolver_confs(settings: Settings) -> dict[str, str]:
     """spark.jars.ivySettings: the project's ivysettings.xml, unless spark.conf names one of its own."""
     found = project_file(IVY_SETTINGS)
@@ -91,14 +111,18 @@ def resolver_confs(settings: Settings) -> dict[str, str]:
     return {IVY_SETTINGS_CONF: found.as_uri()}  # a URI: Spark parses it as one
 
 
-def submit_arguments(settings: Settings) -> list[str]:
+def submit_arguments(settings: Settings, jars: Sequence[Path] = ()) -> list[str]:
     """The spark-submit arguments the settings call for: the driver's heap when it is not Spark's
-    default, and the connectors' packages (none when nothing is needed)."""
+    default, and the connectors: `jars`, their files resolved on this machine, as --jars; without
+    them (a cluster's command line, whose driver may start on another machine) --packages and the
+    resolver's conf. None of the connectors when nothing is needed."""
     memory = settings.spark.driver_memory
     heap = [] if memory.lower() in ("1g", "1024m", "1024") else ["--driver-memory", memory]
     needed = packages(settings)
     if not needed:
         return heap
+    if jars:
+        return [*heap, "--jars", ",".join(str(jar) for jar in jars)]
     confs = [part for key, value in resolver_confs(settings).items() for part in ("--conf", f"{key}={value}")]
     return [*heap, "--packages", needed, *confs]
 
@@ -122,11 +146,3 @@ def require_connectors(spark: SparkSession, settings: Settings) -> None:
             " ivysettings.xml); without Maven access,"
             " download the JARs with their dependencies and list them in spark.conf as spark.jars"
         )
-
-
-def fetch_failed(coordinates: str) -> ConnectorError:
-    return ConnectorError(
-        f"Spark could not start: fetching --packages {coordinates} from Maven failed (see the Ivy lines above)."
-        " Check access to Maven Central (or the mirror named in ivysettings.xml), or set"
-        " spark.fetch_packages false and list local JARs in spark.conf as spark.jars"
-    )

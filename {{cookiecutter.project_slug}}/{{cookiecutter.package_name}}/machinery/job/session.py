@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import py4j as py4j_package
-from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from ..core.confs import (
@@ -25,7 +24,8 @@ from ..core.confs import (
     STATE_STORE,
 )
 from ..core.settings import Settings, SettingsError, unset_secrets
-from .connectors import DELTA_CATALOG, DELTA_EXTENSION, fetch_failed, packages, resolver_confs
+from .connector_jars import RESOLUTION_CONFS, resolved_jars
+from .connectors import DELTA_CATALOG, DELTA_EXTENSION, resolution_confs
 from .driver_jvm import OUT_OF_MEMORY_OPTION, jvm_ran_out_of_memory, launch_driver_jvm
 from .java import launched_by_spark_submit, require_java
 from .project_files import project_file
@@ -92,18 +92,28 @@ def secret_confs(settings: Settings, environ: Mapping[str, str] | None = None) -
 
 
 def static_confs(settings: Settings, submitted: bool) -> dict[str, str]:
-    """Confs that only take effect when the session starts: connector JARs and the Delta extensions."""
+    """Confs that only take effect when the session starts: the connectors' packages (resolved into local
+    JARs when the JVM starts: start_confs) and the Delta extensions."""
     # The heap the sizing asks for; under spark-submit its --driver-memory decides (`make submit` passes this).
     confs = {} if submitted else {"spark.driver.memory": settings.spark.driver_memory}
     if settings.sink.delta_writer == "delta-spark":
         confs["spark.sql.extensions"] = _joined(settings.spark.conf.get("spark.sql.extensions"), DELTA_EXTENSION)
         confs["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
-    # Under spark-submit the JVM runs already: its --packages decide, and require_connectors checks.
-    needed = packages(settings)
-    if needed and settings.spark.fetch_packages and not submitted:
-        confs["spark.jars.packages"] = _joined(settings.spark.conf.get("spark.jars.packages"), needed)
-        confs.update(resolver_confs(settings))
+    # Under spark-submit the JVM runs already: its --jars or --packages decide, and require_connectors checks.
+    if not submitted:
+        confs.update(resolution_confs(settings))
     return confs
+
+
+def start_confs(confs: Mapping[str, str]) -> dict[str, str]:
+    """The confs a JVM starts with: spark.jars.packages (and Ivy's other confs) replaced by the files they
+    resolve to, from the project's connector-jars/ (resolved there first when it has none), in spark.jars."""
+    if "spark.jars.packages" not in confs:
+        return dict(confs)
+    jars = resolved_jars(confs, log_dir())
+    started = {key: value for key, value in confs.items() if key not in RESOLUTION_CONFS}
+    started["spark.jars"] = _joined(confs.get("spark.jars"), ",".join(str(jar) for jar in jars))
+    return started
 
 
 def _joined(existing: object, addition: str) -> str:
@@ -160,18 +170,14 @@ def build_session(
         confs.update(static_confs(settings, launched_by_spark_submit()))
     confs.update(secret_confs(settings))
     confs.update(driver_java_options(confs))
+    if not launched_by_spark_submit():
+        confs = start_confs(confs)
+        launch_driver_jvm(
+            {**confs, "spark.master": settings.spark.master, "spark.app.name": settings.spark.app_name}, log_dir()
+        )
     for key, value in confs.items():
         builder = builder.config(key, value)
-    try:
-        if not launched_by_spark_submit():
-            launch_driver_jvm(
-                {**confs, "spark.master": settings.spark.master, "spark.app.name": settings.spark.app_name}, log_dir()
-            )
-        return builder.getOrCreate()
-    except PySparkRuntimeError as error:
-        if "spark.jars.packages" in confs and error.getCondition() == "JAVA_GATEWAY_EXITED":
-            raise fetch_failed(confs["spark.jars.packages"]) from None
-        raise
+    return builder.getOrCreate()
 
 
 @contextmanager

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from cookiecutter.main import cookiecutter
 
+from .class_archive import java_options
+
 TEMPLATE = Path(__file__).resolve().parents[1]
 
 # CI balance (make test runs with -n 2 --dist loadgroup): the longest runs are xdist groups, handed
@@ -29,6 +31,14 @@ TEMPLATE = Path(__file__).resolve().parents[1]
 # hence its pin and the check below).
 DEFAULT_BAKE = pytest.mark.xdist_group("default-bake")
 OTHER_BAKES = pytest.mark.xdist_group("other-bakes")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every Spark JVM the tests start (the bakes' subprocesses inherit the environment) maps the class-data
+    archive when `make test` wrote one (tests/class_archive.py)."""
+    options = java_options()
+    if options and options not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {options}".strip()
 
 
 @pytest.hookimpl(trylast=True)  # after xdist's own hook, which tags a grouped test's node id with its group

@@ -85,9 +85,16 @@ def test_machinery_proofs_pass_in_a_real_bake(out, answers, markers, request):
     command = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", "machinery_tests", "-m", markers]
     # Each run takes at most about 10 minutes on 2 cores in CI (14 with make test-all's secondary proofs).
     # Each proof's duration, in JUnit XML under build/ beside the template's own (their 20 slowest in the log).
-    junit = TEMPLATE / "build" / "junit" / f"machinery-{request.node.callspec.id.replace(':', '-')}.xml"
+    name = f"machinery-{request.node.callspec.id.replace(':', '-')}"
+    junit = TEMPLATE / "build" / "junit" / f"{name}.xml"
     tests = run_in(project, *command, "--durations=20", f"--junitxml={junit}", timeout=1800)
-    # The proofs' own output, their 20 slowest included, kept beside the bake: where CI's time goes.
-    (out / "machinery_tests.log").write_text(tests.stdout + tests.stderr)
+    # The proofs' whole output (a JVM's own words when it died at its start among them, and their 20
+    # slowest: where CI's time goes) and the bake's JVM-start and connector-resolution logs, under build/.
+    logs = TEMPLATE / "build" / "logs" / name
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / "machinery_tests.log").write_text(tests.stdout + tests.stderr)
+    for kept in ("jvm-start.log", "packages.log"):
+        if (project / "logs" / kept).is_file():
+            shutil.copy(project / "logs" / kept, logs / kept)
     assert tests.returncode == 0, tests.stdout[-6000:] + tests.stderr[-3000:]
     assert " passed" in tests.stdout and "failed" not in tests.stdout

@@ -1,7 +1,9 @@
 """Fill Spark's Ivy cache with the connector JARs the proofs use (delta-spark, Spark's Kafka
-connector), and the local Kafka broker's JARs, once, before the parallel test workers start jobs
-that each resolve them: two Ivy resolutions racing on one cache can fail. It resolves them the way
-a generated project does: Ivy with the project's ivysettings.xml, and the project's own local_kafka.
+connector), and the local Kafka broker's JARs, once, before the parallel test workers start: each
+bake then resolves its connectors into its own connector-jars/ from the warm cache (a second of Ivy
+under the lock its resolutions take turns on) instead of a bake waiting for the other's download.
+It resolves them the way a generated project does: Ivy with the project's ivysettings.xml, and the
+project's own local_kafka.
 
     .venv/bin/python tests/fetch_connectors.py
 """

@@ -43,15 +43,21 @@ def resolved_jars(resolution: Mapping[str, str], logs: Path) -> list[Path]:
     to, from the project's connector-jars/, resolved there first when it has none."""
     folder = jars_root() / resolution_key(resolution)
     found = _listed(folder)
-    if found is not None:
-        return found
-    with _locked(ivy_home(resolution) / LOCK_FILE):
-        found = _listed(folder)  # another start resolved them while this one waited
-        if found is None:
-            _move_into_place(_resolve(resolution, logs), folder, resolution[PACKAGES_CONF])
-            found = _listed(folder)
+    if found is None:
+        with _locked(ivy_home(resolution) / LOCK_FILE):
+            found = _listed(folder)  # another start resolved them while this one waited
+            if found is None:
+                _move_into_place(_resolve(resolution, logs), folder, resolution[PACKAGES_CONF])
+                found = _listed(folder)
     assert found is not None, folder
+    _log(logs, f"--- a start from {folder} ({len(found)} JARs): {resolution[PACKAGES_CONF]}\n")
     return found
+
+
+def _log(logs: Path, line: str) -> None:
+    logs.mkdir(parents=True, exist_ok=True)
+    with (logs / RESOLUTION_LOG).open("a") as log:
+        log.write(line)
 
 
 def jars_root() -> Path:
@@ -108,13 +114,11 @@ def _resolve(resolution: Mapping[str, str], logs: Path) -> list[Path]:
 
     require_java()
     packages = resolution[PACKAGES_CONF]
-    logs.mkdir(parents=True, exist_ok=True)
     log = logs / RESOLUTION_LOG
+    _log(logs, f"--- resolving {packages}\n")
     confs = [(key, value) for key, value in resolution.items() if key in RESOLUTION_CONFS]
     started = time.monotonic()
     with log.open("ab") as output:
-        output.write(f"--- resolving {packages}\n".encode())
-        output.flush()
         start = output.tell()
         submit_args = os.environ.pop("PYSPARK_SUBMIT_ARGS", None)  # a start's own arguments, not this one's
         try:
@@ -134,8 +138,7 @@ def _resolve(resolution: Mapping[str, str], logs: Path) -> list[Path]:
         process.stdin.close()  # pyspark's gateway exits when its stdin closes
         process.wait(timeout=60)
     jars = [Path(unquote(urlparse(item).path)) for item in listed.split(",") if item]
-    with log.open("a") as output:
-        output.write(f"--- resolved {packages} into {len(jars)} JARs in {time.monotonic() - started:.1f} s\n")
+    _log(logs, f"--- resolved {packages} into {len(jars)} JARs in {time.monotonic() - started:.1f} s\n")
     if not jars:
         raise resolution_failed(packages, "Spark resolved no JAR", log)
     return jars

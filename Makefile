@@ -26,7 +26,8 @@ demo: setup check-java ## bake with the default answers, run the job for a few b
 	$(BIN)/cookiecutter --no-input --output-dir $(DEMO_DIR) .
 	$(MAKE) -C $(DEMO_DIR)/stream-job demo VENV=$(CURDIR)/$(VENV)
 
-test: setup check-java connectors jvm-archive ## run all tests: bakes, bad answers, and the generated projects' own tests and ruff
+test: setup check-java ## run all tests: bakes, bad answers, and the generated projects' own tests and ruff
+	$(MAKE) --no-print-directory -j2 connectors jvm-archive
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 connectors: setup check-java ## fetch the delta-spark and Kafka connector JARs (Ivy) and the local Kafka broker (mvn), once, from Maven Central
@@ -35,7 +36,8 @@ connectors: setup check-java ## fetch the delta-spark and Kafka connector JARs (
 jvm-archive: setup check-java ## write the class-data archive the tests' Spark JVMs start from (about 25 s, once per pyspark release)
 	$(BIN)/python tests/class_archive.py
 
-test-all: setup check-java connectors jvm-archive ## make test plus the secondary proofs, the soak and the overhead benchmark's smoke run, which CI leaves out (about 28 minutes on 2 cores)
+test-all: setup check-java ## make test plus the secondary proofs, the soak and the overhead benchmark's smoke run, which CI leaves out (about 28 minutes on 2 cores)
+	$(MAKE) --no-print-directory -j2 connectors jvm-archive
 	TEST_ALL=1 $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 test-fast: setup ## the tests that run no generated test suite

@@ -106,13 +106,13 @@ def static_confs(settings: Settings, submitted: bool) -> dict[str, str]:
 
 
 def start_confs(confs: Mapping[str, str]) -> dict[str, str]:
-    """The confs a JVM starts with: spark.jars.packages (and Ivy's other confs) replaced by the files they
-    resolve to, from the project's connector-jars/ (resolved there first when it has none), in spark.jars."""
-    if "spark.jars.packages" not in confs:
-        return dict(confs)
-    jars = resolved_jars(confs, log_dir())
+    """The confs a JVM starts with: spark.jars.packages replaced by the files they resolve to, from the
+    project's connector-jars/ (resolved there first when it has none), in spark.jars, and no Ivy conf
+    (spark-submit would load Ivy's settings for one, printing a line on stdout, where inspect --json goes)."""
     started = {key: value for key, value in confs.items() if key not in RESOLUTION_CONFS}
-    started["spark.jars"] = _joined(confs.get("spark.jars"), ",".join(str(jar) for jar in jars))
+    if "spark.jars.packages" in confs:
+        jars = resolved_jars(confs, log_dir())
+        started["spark.jars"] = _joined(confs.get("spark.jars"), ",".join(str(jar) for jar in jars))
     return started
 
 
@@ -249,7 +249,7 @@ def local_session(app_name: str, confs: dict[str, str]) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master("local[2]")
     confs = {
-        **confs,
+        **start_confs(confs),
         **driver_java_options(confs),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",

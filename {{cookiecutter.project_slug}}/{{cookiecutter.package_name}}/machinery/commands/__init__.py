@@ -2,7 +2,7 @@
 
 Exit codes: 0 done, 1 the query failed, 2 bad settings or arguments, or a query Spark refuses, 3
 something the job needs is missing from this machine (Java, a connector JAR, the deltalake package,
-the local Kafka broker), 4 the settings or the query disagree with the existing checkpoint, or it is
+the local Kafka broker) or the driver JVM could not start, 4 the settings or the query disagree with the existing checkpoint, or it is
 in use, or a repartition or savepoint was refused (nothing was started or changed), or a savepoint
 or its restored copy differs from its manifest.
 """

@@ -76,7 +76,7 @@ def timed_start(project: Path, confs: dict[str, str], java_options: str = "") ->
         env=env,
     )
     if result.returncode != 0:
-        sys.exit(f"connector_starts: a start failed:\n{result.stderr[-3000:]}")
+        sys.exit(f"jvm_starts: a start failed:\n{result.stderr[-3000:]}")
     return time.monotonic() - started
 
 
@@ -93,7 +93,7 @@ def main() -> None:
             [sys.executable, "-m", package, "packages", "--submit-args"], cwd=project, capture_output=True, text=True
         )
         if printed.returncode != 0:
-            sys.exit(f"connector_starts: resolving failed: {printed.stderr[-2000:]}")
+            sys.exit(f"jvm_starts: resolving failed: {printed.stderr[-2000:]}")
         arguments = shlex.split(printed.stdout)
         jars = arguments[arguments.index("--jars") + 1]
         coordinates = subprocess.run(

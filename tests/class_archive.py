@@ -4,12 +4,11 @@ The suite starts some 340 Spark JVMs (every job, command and kill in a fresh pro
 spends most of its first seconds loading Spark's classes from 250 JARs. An archive of the classes a
 streaming query with state loads, written by one JVM at its exit (-XX:ArchiveClassesAtExit) and mapped
 by every later start (-XX:SharedArchiveFile), makes a start with the connectors and one query 1.44x
-faster (benchmarks/results/jvm_starts.md), and the suite a quarter to a third shorter. The archive names the
-class path it was made with (this clone's .venv), so it is made per clone, in build/. It changes what
-the JVM reads its classes from, not which classes
-or what they do: a start whose class path differs from the archive's (the standalone cluster's
-executors, a --driver-class-path) ignores it, silently (-Xlog:cds=off). Test speed only; a generated
-project's own runs never use it.
+faster (benchmarks/results/jvm_starts.md), and the suite a quarter to a third shorter. The archive
+names the class path it was made with (this clone's .venv), so it is made per clone, in build/. It
+changes what the JVM reads its classes from, not which classes or what they do: a start whose class
+path differs from the archive's (the standalone cluster's executors, a --driver-class-path) ignores
+it, silently (-Xlog:cds=off). Test speed only; a generated project's own runs never use it.
 
     .venv/bin/python tests/class_archive.py     # make test runs it (its `jvm-archive` step)
 """

@@ -27,8 +27,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     needed.add_argument(
         "--submit-args",
         action="store_true",
-        help="print spark-submit's arguments on this machine: the driver's heap and the connectors' JAR files as"
-        " --jars (resolved once into connector-jars/ first)",
+        help="print spark-submit's arguments for a start beside the project: the driver's heap and the connectors'"
+        " JAR files as --jars (resolved once into connector-jars/ first)",
     )
     needed.set_defaults(handler=cmd_packages)
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from pyspark import SparkConf, SparkContext
+from pyspark.errors import PySparkRuntimeError
 from pyspark.java_gateway import launch_gateway
 
 WORKER_LOG = "python-workers.log"
@@ -93,7 +94,7 @@ def launch_driver_jvm(confs: Mapping[str, str], logs: Path) -> None:
         os.close(write_end)
         reader.join(timeout=30)  # the JVM's last words, before the error
         output = relay.launched()
-        if getattr(error, "getCondition", lambda: None)() == "JAVA_GATEWAY_EXITED":
+        if isinstance(error, PySparkRuntimeError) and error.getCondition() == "JAVA_GATEWAY_EXITED":
             log = logs / START_LOG
             logs.mkdir(parents=True, exist_ok=True)
             log.write_bytes(output)

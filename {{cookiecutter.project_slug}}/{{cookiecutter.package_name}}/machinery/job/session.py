@@ -25,7 +25,7 @@ from ..core.confs import (
 )
 from ..core.settings import Settings, SettingsError, unset_secrets
 from .connector_jars import RESOLUTION_CONFS, resolved_jars
-from .connectors import DELTA_CATALOG, DELTA_EXTENSION, resolution_confs
+from .connectors import DELTA_CATALOG, DELTA_EXTENSION, PACKAGES_CONF, resolution_confs
 from .driver_jvm import OUT_OF_MEMORY_OPTION, jvm_ran_out_of_memory, launch_driver_jvm
 from .java import launched_by_spark_submit, require_java
 from .project_files import project_file
@@ -110,7 +110,7 @@ def start_confs(confs: Mapping[str, str]) -> dict[str, str]:
     project's connector-jars/ (resolved there first when it has none), in spark.jars, and no Ivy conf
     (spark-submit would load Ivy's settings for one, printing a line on stdout, where inspect --json goes)."""
     started = {key: value for key, value in confs.items() if key not in RESOLUTION_CONFS}
-    if "spark.jars.packages" in confs:
+    if PACKAGES_CONF in confs:
         jars = resolved_jars(confs, log_dir())
         started["spark.jars"] = _joined(confs.get("spark.jars"), ",".join(str(jar) for jar in jars))
     return started

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,13 +16,17 @@ from .conftest import (
     ANY_PROVIDER,
     BAKED_OPERATOR,
     PACKAGE_DIR,
+    clean_env,
+    committed_batches,
     deep_merge,
     digest,
     edited_query,
     files_job,
     jvm_free,
+    project_copy,
     run_cli,
     run_main,
+    run_python,
     write_settings_file,
 )
 
@@ -305,3 +310,57 @@ def test_an_output_column_renamed_under_a_parquet_output_is_refused(spark, tmp_p
             "run", "--settings", str(write_settings_file(tmp_path / "anew.yaml", deep_merge(changes, anew)))
         )
     assert again.returncode == 0, again.stderr[-3000:]
+
+
+PROCESSOR_IMPORT = "from pyspark.sql.streaming import StatefulProcessor"
+PROCESSOR_QUERY = """
+
+
+class _Counts(StatefulProcessor):
+    def init(self, handle):
+        self.count = handle.getValueState("count", "count long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        yield from ()
+
+
+def stateful_query(events, query, join_events=None):  # type: ignore[no-redef]
+    \"\"\"A transformWithStateInPandas processor written into a bake of another operator.\"\"\"
+    return events.groupBy("key").transformWithStateInPandas(_Counts(), "key string, count long", "Update", "None")
+"""
+
+
+def test_a_restart_after_a_failed_first_batch_runs_and_is_not_called_stateless(spark, tmp_path):
+    """A processor whose init fails (a user's bug; in the report, its worker could not import protobuf)
+    fails the first batch while Spark plans it: nothing committed, no state folder. The restart with the
+    query fixed was refused as "holds no state: its query ran no stateful operator". It now runs."""
+    path = write_settings_file(tmp_path / "settings.yaml", files_job(tmp_path, "console", "rocksdb", files=1))
+    broken = PROCESSOR_QUERY.replace("    def init(self, handle):\n", "    def init(self, handle):\n        1 / 0\n")
+    project = project_copy(tmp_path, {"def _iso(": PROCESSOR_IMPORT + broken + "\n\ndef _iso("})
+    failed = run_python("main.py", "--settings", str(path), cwd=project, env=clean_env())
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    checkpoint = tmp_path / "checkpoint"
+    assert committed_batches(checkpoint) == [] and not (checkpoint / "state").exists()
+    fixed = run_main("--settings", str(path))
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert "holds no state" not in fixed.stderr
+    assert committed_batches(checkpoint)
+
+
+def test_a_processor_whose_worker_modules_are_missing_is_named_before_the_start(spark, tmp_path, monkeypatch):
+    """transformWithStateInPandas needs pandas, pyarrow and protobuf in the Python workers; without one,
+    the first batch died as "driver worker exited unexpectedly (crashed)", the ImportError only in
+    logs/spark.log. The job names the module before the start (exit 3). The workers run this interpreter:
+    protobuf is made unimportable in it the way Python's import system offers (None in sys.modules)."""
+    path = write_settings_file(tmp_path / "settings.yaml", files_job(tmp_path, "console", "rocksdb", files=1))
+    monkeypatch.setitem(sys.modules, "google.protobuf", None)
+    edit = {"def _iso(": PROCESSOR_IMPORT + PROCESSOR_QUERY + "\n\ndef _iso("}
+    with edited_query(edit):
+        result = run_main("--settings", str(path))
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "package error: the query's custom_state (Spark's transformWithStateInPandasExec) runs Python that imports"
+        f" google.protobuf, which {sys.executable} cannot import (import of google.protobuf halted; None in"
+        " sys.modules); pip install protobuf there (and list it in pyproject.toml's dependencies); nothing was started"
+    )
+    assert not (tmp_path / "checkpoint").exists()

@@ -40,6 +40,7 @@ FLAG_KEYWORDS = {
     "join_rate": "join_input_rows_per_second",
     "join_range": "join_range",
     "session_timeout": "session_timeout",
+    "map_entries": "map_entries_per_key",
 }
 # Without these the estimate needs the settings file; the others have defaults.
 REQUIRED_FLAGS = ("rate", "watermark", "bytes_per_row", "partitions", "operator")
@@ -65,6 +66,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     estimate.add_argument("--join-rate", type=positive_float, help="stream_stream_join: join_source rows per second")
     estimate.add_argument("--join-range", help="stream_stream_join: the join's time range, such as '15 minutes'")
     estimate.add_argument("--session-timeout", help="custom_state: inactivity that closes a session")
+    estimate.add_argument(
+        "--map-entries", type=positive_float, help="custom_state: the entries a key's map state holds (each a row)"
+    )
     estimate.add_argument(
         "--max-cores", type=positive_int, help="the most cores the job will run on, for the partition advice"
     )

@@ -10,8 +10,9 @@ Standard library only: the template sizes the state through this module at gener
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .durations import AVAILABLE_NOW, named_duration
 from .figures import num, require_positive
@@ -241,17 +242,51 @@ def _join_rows(
 
 
 def _custom_state_rows(
-    rate: float, watermark_s: float, session_timeout: str, key_cardinality: int | None, trigger: str
+    rate: float,
+    watermark_s: float,
+    session_timeout: str,
+    key_cardinality: int | None,
+    trigger: str,
+    state_variables: Sequence[Any] | None = None,
+    map_entries_per_key: float | None = None,
 ) -> Rows:
     # A key stays active until the watermark passes its last event plus the timeout, and its timer
     # fires only between batches: one batch more.
     timeout_s = named_duration("session_timeout", session_timeout)
     batch_s = batch_seconds(trigger)
     keys, why = _keys(key_cardinality, round(rate * (timeout_s + watermark_s + batch_s)))
-    return keys, (
+    active = (
         f"active keys within timeout {num(timeout_s)} s + watermark {num(watermark_s)} s + one batch {num(batch_s)} s"
-        f" at {num(rate)} rows/s ({why}) = {num(keys)} rows"
+        f" at {num(rate)} rows/s ({why}) = {num(keys)}"
     )
+    if not state_variables:  # the template's processor: one value state per key
+        return keys, f"{active} rows"
+    return _declared_rows(rate, batch_s, key_cardinality, keys, active, state_variables, map_entries_per_key or 1)
+
+
+def _declared_rows(
+    rate: float,
+    batch_s: float,
+    key_cardinality: int | None,
+    keys: int,
+    active: str,
+    variables: Sequence[Any],
+    map_entries: float,
+) -> Rows:
+    """The rows of a processor's declared state variables as Spark counts them: a value or a list
+    (whatever its length) a row per key, a map a row per entry. A variable with a time to live keeps a
+    key for that long after its last update; one without, for as long as a key is active."""
+    rows, parts = 0, []
+    for variable in variables:
+        held, lifetime = keys, "active keys"
+        if variable.ttl_seconds:
+            held, _ = _keys(key_cardinality, round(rate * (variable.ttl_seconds + batch_s)))
+            lifetime = f"keys within its ttl {num(variable.ttl_seconds)} s + one batch"
+        per_key = map_entries if variable.kind == "MapState" else 1
+        rows += round(held * per_key)
+        entries = f" x {num(per_key)} entries (capacity.map_entries_per_key)" if variable.kind == "MapState" else ""
+        parts.append(f"{variable}: {num(held)} {lifetime}{entries}")
+    return rows, f"{active}; rows per variable (a list counts one row per key): {'; '.join(parts)} = {num(rows)} rows"
 
 
 def _same_rate(rate: float, **_inputs: object) -> float:
@@ -292,6 +327,9 @@ class Operator:
     rocksdb_only: str | None = None
     # Whether Spark can encode its state in Avro (state_store.encoding_format avro): transformWithState only.
     avro_encoding: bool = False
+    # The modules its Python workers import beyond pyspark (pandas batches, Arrow, the state server's
+    # protobuf messages), as `import` names them; the job names a missing one before the start.
+    python_modules: tuple[str, ...] = ()
     # A stream-stream join reads a second input, join_source.
     two_inputs: bool = False
     # Output mode: Spark runs these in append mode only (a session window, an outer join, a limit);
@@ -390,11 +428,13 @@ OPERATORS: dict[str, Operator] = {
             plan_node="TransformWithStateInPySpark",
             output_rate=_same_rate,
             formula=(
-                "one value-state row (and one timer) per active key, until the watermark passes its last event"
-                " plus the session timeout: rows = active keys"
+                "per active key, a row for each value or list state the processor declares (a list is one row"
+                " whatever its length) and a row per entry of each map state; a key is active until the watermark"
+                " passes its last event plus the session timeout, a variable with a time to live for that long:"
+                " rows = active keys x rows per key (the template's processor: one value state)"
             ),
             rows=_custom_state_rows,
-            sizing_inputs=("session_timeout", "key_cardinality", "trigger"),
+            sizing_inputs=("session_timeout", "key_cardinality", "trigger", "state_variables", "map_entries_per_key"),
             beyond_headline=(
                 "a key is kept until the watermark passes its last event plus the session timeout,"
                 " and its timer fires between batches"
@@ -403,6 +443,7 @@ OPERATORS: dict[str, Operator] = {
             held_until="a key stays until the watermark passes its last event plus the session timeout; then its session is emitted and dropped",
             rocksdb_only="Spark runs transformWithState only on RocksDB",
             avro_encoding=True,
+            python_modules=("pandas", "pyarrow", "google.protobuf"),
             lifetime_setting="custom_state.session_timeout",
             sample_run_length=10,
             sample_spans_lifetime=True,
@@ -471,6 +512,7 @@ OPERATORS: dict[str, Operator] = {
             spark_name="applyInPandasWithState",
             held_until="a key's state stays until the function calls state.remove(); a timeout only calls the function",
             evicts=_pandas_evicts,
+            python_modules=("pandas", "pyarrow"),
         ),
         Operator(
             name="limit",

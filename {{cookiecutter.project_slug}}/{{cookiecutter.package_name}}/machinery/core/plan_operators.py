@@ -26,6 +26,21 @@ KEY_WORDS = {
 
 
 @dataclass(frozen=True)
+class DeclaredVariable:
+    """A state variable a transformWithState processor declares in its init (job/processor_state.py)."""
+
+    name: str
+    # ValueState, ListState or MapState, as Spark's operator metadata names them.
+    kind: str
+    # Its time to live (ttlDurationMs), None without one.
+    ttl_seconds: float | None = None
+
+    def __str__(self) -> str:
+        kind = self.kind.removesuffix("State").lower()
+        return f"{self.name} ({kind}{f', ttl {self.ttl_seconds:g} s' if self.ttl_seconds else ''})"
+
+
+@dataclass(frozen=True)
 class PlanOperator:
     """One stateful operator of the plan: what the machinery needs to size, guard and inspect it."""
 
@@ -57,6 +72,8 @@ class PlanOperator:
     evicts: bool = True
     # The name Spark writes into the state metadata, where the plan says it (transformWithState's two APIs).
     spark_operator_name: str | None = None
+    # transformWithState: the state variables its processor declares (None when its init could not run here).
+    state_variables: tuple[DeclaredVariable, ...] | None = None
 
     @property
     def known(self) -> bool:
@@ -80,6 +97,7 @@ class PlanOperator:
             "join_type": self.join_type,
             "timeout": self.timeout,
             "key_cardinality": 1 if self.window_only else None,  # one row per window
+            "state_variables": self.state_variables,
         }
         return {name: value for name, value in found.items() if value is not None} | {"evicts": self.evicts}
 

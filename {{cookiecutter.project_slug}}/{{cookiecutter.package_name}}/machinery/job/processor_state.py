@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core.plan_operators import DeclaredVariable
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
@@ -29,6 +31,12 @@ class StateVariable:
     value: StructType
     # A map state's own key (the grouping key is the state's key for every kind).
     user_key: StructType | None = None
+    # The time to live it declares (ttlDurationMs), None without one.
+    ttl_ms: int | None = None
+
+    def shape(self) -> DeclaredVariable:
+        """What the sizing needs of it (core has no Spark types)."""
+        return DeclaredVariable(self.name, self.kind, None if self.ttl_ms is None else self.ttl_ms / 1000)
 
 
 class _RecordingHandle:
@@ -38,13 +46,14 @@ class _RecordingHandle:
         self.variables: list[StateVariable] = []
 
     def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> None:
-        self.variables.append(StateVariable(stateName, "ValueState", _struct(schema)))
+        self.variables.append(StateVariable(stateName, "ValueState", _struct(schema), ttl_ms=ttlDurationMs))
 
     def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> None:
-        self.variables.append(StateVariable(stateName, "ListState", _struct(schema)))
+        self.variables.append(StateVariable(stateName, "ListState", _struct(schema), ttl_ms=ttlDurationMs))
 
     def getMapState(self, stateName: str, userKeySchema: Any, valueSchema: Any, ttlDurationMs: int | None = None):
-        self.variables.append(StateVariable(stateName, "MapState", _struct(valueSchema), _struct(userKeySchema)))
+        variable = StateVariable(stateName, "MapState", _struct(valueSchema), _struct(userKeySchema), ttlDurationMs)
+        self.variables.append(variable)
 
 
 def _struct(schema: Any) -> StructType:
@@ -68,6 +77,11 @@ def declared_state(result: DataFrame) -> list[list[StateVariable] | None]:
             function, _ = CloudPickleSerializer().loads(command)
             found.append(_declared(getattr(getattr(function, "__self__", None), "_stateful_processor", None)))
     return found
+
+
+def declared_variables(result: DataFrame) -> list[tuple[DeclaredVariable, ...] | None]:
+    """declared_state as the plan's operators carry it: each variable's name, kind and time to live."""
+    return [None if found is None else tuple(map(StateVariable.shape, found)) for found in declared_state(result)]
 
 
 def _declared(processor: Any) -> list[StateVariable] | None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.contract import project_code, user_query
 from ..core.operators import BY_PLAN_NODE
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator
+from .processor_state import PLAN_NODE, declared_variables
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import DataFrame, SparkSession
@@ -76,6 +77,7 @@ def read_plan(result: DataFrame) -> list[PlanOperator]:
     stateful = [node for node in root.walk() if _is_stateful(node)]
     ids = {id(node): number for number, node in enumerate(stateful)}
     lines = _node_lines(analyzed.toString(), root)
+    declared = iter(declared_variables(result) if any(node.kind == PLAN_NODE for node in stateful) else ())
     operators = []
     for number, node in enumerate(stateful):
         delays_below = [delay for n in node.walk() if (delay := watermarks.get(id(n)))]
@@ -98,6 +100,7 @@ def read_plan(result: DataFrame) -> list[PlanOperator]:
                 timeout=_timeout(node),
                 evicts=_evicts(node, shape, lines.get(id(node), "")),
                 spark_operator_name=_spark_name(node, shape),
+                state_variables=next(declared) if node.kind == PLAN_NODE else None,
             )
         )
     return operators

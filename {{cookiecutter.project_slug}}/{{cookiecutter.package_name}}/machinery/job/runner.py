@@ -20,6 +20,7 @@ from .endpoints.sinks import start_query
 from .endpoints.sources import read_events
 from .heap import OutOfMemory, local_probe, out_of_memory_line, start_warning
 from .progress import ProgressPrinter, StateWatchdog
+from .python_modules import require_operator_modules
 from .query_plan import read_plan
 from .state_fit import check_fit
 from .stopping import StopSignals, stop_on_batch_boundary, terminated
@@ -40,6 +41,7 @@ def follow_plan(
     and the checkpoint's state (state_fit.py). Where the query module's OPERATOR names another
     operator, the plan wins, said in one line."""
     plan = read_plan(result)
+    require_operator_modules(plan)
     note, evolutions = check_fit(result, plan, settings, held, record_key=True)
     if note:
         print(f"checkpoint: {note}", file=remarks_to, flush=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ..core.checkpoint.files import START_OVER, CheckpointRead, ColumnFamily, recorded_encoding
 from ..core.plan_operators import PlanOperator
@@ -42,6 +42,8 @@ AVRO_WIDENING = {
     ("bigint", "double"),
     ("float", "double"),
 }
+# The field Spark stores beside a TTL'd state variable's value (its expiry, in epoch milliseconds).
+TTL_FIELD = "ttlExpirationMs"
 
 
 @dataclass(frozen=True)
@@ -93,14 +95,35 @@ def _variable_changes(
             what = f"changed from {family.kind} to {variable.kind} (Spark keeps a state variable's kind)"
             changes.append(SchemaChange(place, what, False))
             continue
-        old = StructType.fromJson(family.value)
+        old, new = StructType.fromJson(family.value), variable.value
         compare = _by_name if encoding == "avro" else _by_position
-        changes += [SchemaChange(place, what, accepted) for what, accepted in compare("", old, variable.value)]
+        kept_ttl, has_ttl = _ttl_wrapped(old), variable.ttl_ms is not None
+        if kept_ttl and has_ttl:  # both wrapped: compare the user's own fields, as the messages name them
+            old = cast(StructType, old.fields[0].dataType)
+        elif kept_ttl or has_ttl:  # Spark compares the stored forms: the wrapper against the bare value
+            place += f", time to live {'added' if has_ttl else 'removed'}"
+            new = with_ttl(new) if has_ttl else new
+        changes += [SchemaChange(place, what, accepted) for what, accepted in compare("", old, new)]
     for name in stored:
         changes.append(
             SchemaChange(f"{where}, state variable {name}", "no longer declared (its state stays unread)", True)
         )
     return changes
+
+
+def with_ttl(value: StructType) -> StructType:
+    """A state variable's value as Spark stores it when the variable has a time to live: the value
+    wrapped beside its expiry (transformWithState's schema for a TTL'd value, list or map state)."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    return StructType([StructField("value", value), StructField(TTL_FIELD, LongType())])
+
+
+def _ttl_wrapped(stored: StructType) -> bool:
+    from pyspark.sql.types import StructType
+
+    names = [field.name for field in stored.fields]
+    return names == ["value", TTL_FIELD] and isinstance(stored.fields[0].dataType, StructType)
 
 
 def _by_name(prefix: str, old: StructType, new: StructType) -> list[tuple[str, bool]]:

@@ -27,6 +27,7 @@ from ..core.sizing import capacity
 from .state_reader import (
     TIMERS,
     counts_as_rows,
+    list_variables,
     read_state_metadata,
     read_store,
     reader_confs,
@@ -258,10 +259,12 @@ def checkpoint_facts(location: str, batch_id: int | None = None) -> tuple[int | 
 
 def _read_stores(spark: SparkSession, location: str, batch: int, row, partitions: int) -> list[StoreRows]:
     """The stores (or, for transformWithState, the state variables and timers) of one metadata row."""
-    stores = []
+    stores, lists = [], list_variables(row)
     for options in stores_of([row]):
         counts = [0] * partitions
         state = read_store(spark, location, options, batch)
+        if store_name(options) in lists:  # a row per element: Spark counts the key's list as one row
+            state = state.select("partition_id", "key").distinct()
         for partition in state.groupBy("partition_id").count().collect():
             counts[partition.partition_id] = partition["count"]
         stores.append(StoreRows(store_name(options), counts_as_rows(options), counts))

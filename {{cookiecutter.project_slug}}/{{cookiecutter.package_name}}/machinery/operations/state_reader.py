@@ -79,6 +79,14 @@ def stores_of(metadata: list[Any]) -> list[dict[str, str]]:
     return found
 
 
+def list_variables(row: Any) -> set[str]:
+    """A transformWithState operator's list states, by name (from its state metadata row). Spark counts
+    a key's list as one state row; the statestore reader gives each element a row of its own."""
+    properties = json.loads(row.operatorProperties or "{}") if row.operatorName.startswith("transformWithState") else {}
+    variables = properties.get("stateVariables", [])
+    return {variable["stateName"] for variable in variables if variable.get("stateVariableType") == "ListState"}
+
+
 def store_name(options: dict[str, str]) -> str:
     """The store, state variable or timer set that stores_of's options read."""
     return options.get("storeName") or options.get("stateVarName") or TIMERS

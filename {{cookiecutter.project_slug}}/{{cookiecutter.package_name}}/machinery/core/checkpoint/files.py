@@ -53,9 +53,10 @@ class CheckpointRead:
 
     @property
     def stateless(self) -> bool:
-        """A checkpoint whose query ran no stateful operator: batches, and no state folder at all (a
-        checkpoint of a Spark that wrote no state metadata still has its operators' state folders)."""
-        return self.last_batch is not None and not self.operators and not (self.checkpoint / "state").is_dir()
+        """A checkpoint whose query ran no stateful operator: committed batches, and no state folder at all
+        (a checkpoint of a Spark that wrote no state metadata still has its operators' state folders). One
+        whose first batch failed has no state folder either, and holds nothing yet."""
+        return self.last_committed is not None and not self.operators and not (self.checkpoint / "state").is_dir()
 
 
 def read_checkpoint(checkpoint: Path) -> CheckpointRead:

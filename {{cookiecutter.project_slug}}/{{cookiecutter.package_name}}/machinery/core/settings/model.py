@@ -568,6 +568,10 @@ class CapacitySettings(Section):
         None, gt=0, le=JAVA_INT, description="a whole number of cores greater than zero, or null"
     )
     state_growth_factor: float = Field(1.0, ge=1, le=MAX_FACTOR, description="a number of 1 or more")
+    # custom_state: the entries a key's map state holds (getMapState), each a state row; null: 1.
+    map_entries_per_key: float | None = Field(
+        None, gt=0, le=MAX_KEYS, description="a number of entries greater than zero, or null"
+    )
     # applyInPandasWithState with a timeout: how long after its last event a key's state is removed
     # (the duration the function gives state.setTimeoutDuration); null: not known, kept.
     state_timeout: Duration | None = Field(None, description="a Spark interval such as '30 minutes', or null")
@@ -754,6 +758,7 @@ class Settings(BaseSettings):
             "trigger": self.query.trigger,
             "state_timeout": self.capacity.state_timeout,
             "state_horizon": self.capacity.state_horizon,
+            "map_entries_per_key": self.capacity.map_entries_per_key,
             "executors": self.spark.sizing_executors,
         }
         inputs.update(overrides)

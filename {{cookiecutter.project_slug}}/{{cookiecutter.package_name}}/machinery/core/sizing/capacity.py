@@ -62,6 +62,8 @@ SHAPE_DEFAULTS = {
     "timeout": "none",
     "state_timeout": None,  # not known: a key is taken as kept until the function removes it
     "state_horizon": "1 day",
+    "state_variables": None,  # not read from a processor: the template's, one value state per key
+    "map_entries_per_key": None,  # not known: one entry per key in each map state
     "evicts": False,  # dropDuplicates and an aggregation without a window keep every key, unless the plan says
 }
 UNSET_MEANS = {
@@ -69,6 +71,8 @@ UNSET_MEANS = {
     "join_input_rows_per_second": "not set, so the input rate is used",
     "slide": "none, a tumbling window",
     "state_timeout": "not set, so no key is taken as removed",
+    "state_variables": "not read from the processor, so one value state per key (the template's processor)",
+    "map_entries_per_key": "not set, so each map state is taken to hold 1 entry per key (set it to what a key's map holds)",
 }
 SHAPE_SETTINGS = {
     "window": "query.window",
@@ -83,6 +87,8 @@ SHAPE_SETTINGS = {
     "timeout": "the query's plan",
     "state_timeout": "capacity.state_timeout",
     "state_horizon": "capacity.state_horizon",
+    "state_variables": "the processor's init, read from the query's plan",
+    "map_entries_per_key": "capacity.map_entries_per_key",
     "evicts": "the query's plan: whether the watermarked event time is one of its keys",
 }
 
@@ -541,6 +547,7 @@ def _inputs(e: Estimate) -> str:
     parts = []
     for name, value in e.shape.items():
         shown = UNSET_MEANS[name] if value is None else num(value) if isinstance(value, (int, float)) else value
+        shown = ", ".join(map(str, value)) if isinstance(value, tuple) else shown
         parts.append(f"{name} {shown} ({SHAPE_SETTINGS[name]})")
     return "; ".join(parts)
 

@@ -34,6 +34,7 @@ from stream_job.query import EVENT_SCHEMA
 from .conftest import (
     ANY_PROVIDER,
     BAKED_OPERATOR,
+    PROJECT_DIR,
     batch_expectation,
     clean_env,
     committed_batches,
@@ -175,9 +176,10 @@ def test_bad_records_fail_the_batch_in_one_line_or_are_dropped_and_counted(
     """Files: a malformed line, null, missing, 2100 and epoch-ms event times, a 1900 one and a timestamp
     Spark cannot read, in a file between good ones; and a good file whose last line was cut off.
 
-    fail, as a user runs it (`python main.py`), on a checkpoint with one batch committed: exit 1, the
-    job's line naming the file and the malformed record; the batch uncommitted, the committed
-    checkpoint and the output unchanged. Then drop, on the same
+    fail, as a user runs it (`python main.py`), on a checkpoint with one batch committed: exit 1, and
+    on the console nothing past the query's start but its stop line and the job's one line, naming the
+    file and the malformed record (Spark's ERROR lines and Java frames go to logs/spark.log); the
+    batch uncommitted, the committed checkpoint and the output unchanged. Then drop, on the same
     checkpoint: every bad record dropped and counted on its batch's line, the 1900 one counted as late
     with the watchdog's warning, and every later good event in the output (the 2100 event did not move
     the watermark): the output equals the batch job on the good files.
@@ -206,14 +208,26 @@ def test_bad_records_fail_the_batch_in_one_line_or_are_dropped_and_counted(
         cut.write(CUT_LINE)  # a last line cut off mid-record, without its newline
     retime([good[0], bad, *good[1:]])  # the bad file is the next batch, before two files of later events
     committed = committed_digest(checkpoint, output)
+    spark_log = PROJECT_DIR / "logs" / "spark.log"
+    logged = spark_log.stat().st_size if spark_log.exists() else 0
 
     failed = run_python("main.py", "--settings", str(path), env=clean_env())
 
     assert failed.returncode == 1, failed.stderr[-3000:]
-    assert jvm_free(failed.stderr).splitlines()[-1] == (
+    # Past the query's start, the console holds two lines (where it held some 75): the progress stream's
+    # line of the query's stop (stdout), and on stderr the job's one line, nothing else.
+    assert jvm_free(failed.stderr).splitlines() == [
         f"bad record: file://{bad} holds a record that does not parse as EVENT_SCHEMA: {BROKEN_LINE[:100]}..."
         + ADVICE_END
-    )
+    ]
+    console = failed.stdout.splitlines()
+    started = next(number for number, line in enumerate(console) if line.startswith("query ") and " started " in line)
+    (stopped,) = console[started + 1 :]
+    assert stopped.startswith(f"query {changes['query']['name']} stopped: ")
+    with spark_log.open() as log:
+        log.seek(logged)
+        spark_said = log.read()
+    assert "Exception in task" in spark_said and "\tat org.apache.spark." in spark_said  # the whole story, there
     assert committed_digest(checkpoint, output) == committed
 
     changes["source"]["files"]["on_bad_record"] = "drop"

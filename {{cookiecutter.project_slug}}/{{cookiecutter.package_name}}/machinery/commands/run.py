@@ -88,16 +88,18 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held:
                 print(f"source: {remark}", file=remarks_to, flush=True)
             run_query(spark, settings, args.max_batches, args.timeout, held=held)
         except StreamingQueryException as error:
+            chain = _message_chain(error)
+            bad_record = bad_record_advice(chain, settings)
+            if bad_record:  # bad input: its one line says where, what and the ways on; the checkpoint is fine
+                print(*bad_record, sep="\n", file=sys.stderr)
+                return EXIT_QUERY_FAILED
             print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)
             print(f"checkpoint: {settings.query.checkpoint_location}", file=sys.stderr)
-            chain = _message_chain(error)
             for line in damaged_checkpoint_advice(chain, settings.query.checkpoint_location):
                 print(line, file=sys.stderr)
             for line in disk_full_advice(chain, settings):
                 print(line, file=sys.stderr)
-            for line in (
-                data_loss_advice(chain, settings) + bad_record_advice(chain, settings) + schema_refusal_advice(chain)
-            ):
+            for line in data_loss_advice(chain, settings) + schema_refusal_advice(chain):
                 print(line, file=sys.stderr)
             return EXIT_QUERY_FAILED
         return 0

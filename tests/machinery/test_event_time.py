@@ -1,18 +1,19 @@
-"""Event time a job can trust: rows without one, or with one far ahead, are bad records; late rows are counted.
+"""Bad records and event time a job can trust: rows that do not parse, rows without an event time or with
+one far ahead are bad records; late rows are counted.
 
-A row whose event time is null or missing, or lies more than query.max_event_time_ahead past the
-processing time, follows the source's on_bad_record: fail stops the batch uncommitted with a line
-naming the file (or Kafka partition and offset) and the row; drop drops it and counts it on the
-progress line. Rows the stateful operators drop as late (behind the watermark) are counted there too,
-and the watchdog says so loudly when they jump. The streaming case runs the job as `python main.py`
-on real files and compares the output with the same query run as a batch job on the good files.
+A record that does not parse with EVENT_SCHEMA (malformed), or whose event time is null or missing, or
+lies more than query.max_event_time_ahead past the processing time, follows the source's on_bad_record:
+fail stops the batch uncommitted with one line naming the file (or Kafka partition and offset) and the
+row; drop drops it and counts it on the progress line. Rows the stateful operators drop as late (behind
+the watermark) are counted there too, and the watchdog says so loudly when they jump. The streaming case
+runs the job as `python main.py` on real files and compares the output with the same query run as a
+batch job on the good files.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.commands.run import bad_record_advice
 from stream_job.machinery.core.settings import SettingsError, load_settings
 from stream_job.machinery.job.endpoints.output import read_output
-from stream_job.machinery.job.endpoints.sources import with_usable_event_time
+from stream_job.machinery.job.endpoints.sources import events_from_json, without_bad_records
 from stream_job.machinery.job.progress import StateWatchdog, format_progress
 from stream_job.machinery.operations import local_kafka
 from stream_job.query import EVENT_SCHEMA
@@ -33,12 +34,17 @@ from stream_job.query import EVENT_SCHEMA
 from .conftest import (
     ANY_PROVIDER,
     BAKED_OPERATOR,
+    PROJECT_DIR,
     batch_expectation,
+    clean_env,
     committed_batches,
     deep_merge,
+    digest,
     files_job,
+    jvm_free,
     kafka_job,
     run_main,
+    run_python,
 )
 
 # A null and a missing event time, a year-2100 one, epoch milliseconds read as seconds (year ~57970),
@@ -51,6 +57,14 @@ BAD_LINES = [
     json.dumps({"event_id": "evt-ms", "key": "key-3", "event_time": 1767225600000}),
     json.dumps({"event_id": "evt-1900", "key": "key-0", "event_time": "1900-01-01T00:00:00Z"}),
 ]
+# Malformed: a line without its closing brace (longer than the 100 characters a failure shows), a last
+# line cut off mid-record (a file written in place), and an event time Spark cannot read as a timestamp.
+BROKEN_LINE = (
+    '{"event_id": "evt-broken", "key": "key-0", "event_time": "2026-01-01T00:03:00Z",'
+    ' "note": "the closing brace of this record is missing"'
+)
+CUT_LINE = '{"event_id": "evt-cut", "key": "key-2", "event_time": "2026-01-01T00:0'
+UNREADABLE_TIME = json.dumps({"event_id": "evt-yesterday", "key": "key-1", "event_time": "yesterday"})
 ADVICE_END = (
     "; source.files.on_bad_record is fail, so the batch stopped uncommitted (nothing of it was written). Fix or"
     " remove the row at its source, or set on_bad_record to drop to skip and count such rows; the next start"
@@ -81,11 +95,11 @@ def test_the_progress_line_counts_dropped_rows_and_the_watchdog_warns_when_late_
     quiet = progress(0, 40, 0)
     assert format_progress(quiet) == "batch 0: 40 input rows, 10 rows/s, state 4 rows / 0.0 MiB, took 1.00 s"
     observed = {
-        "source.event_time": {"without_event_time": 2, "event_time_ahead": 1},
-        "join_source.event_time": {"without_event_time": 1, "event_time_ahead": 0},
+        "source.bad_records": {"malformed": 1, "without_event_time": 2, "event_time_ahead": 1},
+        "join_source.bad_records": {"malformed": 1, "without_event_time": 1, "event_time_ahead": 0},
     }
     assert format_progress(progress(1, 1200, 1234, observed)).endswith(
-        "took 1.00 s, dropped 1,234 late (behind the watermark), 3 without an event time,"
+        "took 1.00 s, dropped 1,234 late (behind the watermark), 2 malformed, 3 without an event time,"
         " 1 with an event time too far ahead"
     )
 
@@ -127,16 +141,16 @@ def test_an_event_time_far_ahead_fails_naming_the_row_or_is_dropped(spark, make_
         {"event_id": "e2", "key": "k", "event_time": "2100-01-01T00:00:00Z"},
     ]
     raw = spark.createDataFrame([(json.dumps(row),) for row in rows], "value string")
-    events = raw.select(F.from_json("value", EVENT_SCHEMA).alias("e")).select("e.*")
+    events = events_from_json(raw, "value", EVENT_SCHEMA)
     origin = F.lit("file:///landing/events-7.json")
 
-    kept = with_usable_event_time(events, EVENT_SCHEMA, "drop", origin, "source", settings.query)
+    kept = without_bad_records(events, EVENT_SCHEMA, "drop", origin, "source", settings.query)
     assert [row.event_id for row in kept.collect()] == ["e1"]
     unbounded = settings.query.model_copy(update={"max_event_time_ahead": None})
-    assert with_usable_event_time(events, EVENT_SCHEMA, "drop", origin, "source", unbounded).count() == 2
+    assert without_bad_records(events, EVENT_SCHEMA, "drop", origin, "source", unbounded).count() == 2
 
     with pytest.raises((PySparkException, Py4JJavaError)) as failed:
-        with_usable_event_time(events, EVENT_SCHEMA, "fail", origin, "source", settings.query).collect()
+        without_bad_records(events, EVENT_SCHEMA, "fail", origin, "source", settings.query).collect()
     (line,) = bad_record_advice(str(failed.value), settings)
     assert line == (
         "bad record: file:///landing/events-7.json holds a row without a usable event time, event_time"
@@ -156,15 +170,19 @@ def retime(files: list[Path]) -> None:
 
 @pytest.mark.operator
 @pytest.mark.streaming
-def test_rows_without_a_usable_event_time_fail_the_batch_or_are_dropped_and_counted(
+def test_bad_records_fail_the_batch_in_one_line_or_are_dropped_and_counted(
     spark, make_settings, write_settings, tmp_path
 ):
-    """Files: null, missing, 2100 and epoch-ms event times and a 1900 one, in a file between good ones.
+    """Files: a malformed line, null, missing, 2100 and epoch-ms event times, a 1900 one and a timestamp
+    Spark cannot read, in a file between good ones; and a good file whose last line was cut off.
 
-    fail: exit 1, the line naming the file and the row, the batch uncommitted and none of it
-    written. Then drop, on the same checkpoint: the bad rows dropped and counted, the 1900 one
-    counted as late with the watchdog's warning, and every later good event in the output (the
-    2100 event did not move the watermark): the output equals the batch job on the good files.
+    fail, as a user runs it (`python main.py`), on a checkpoint with one batch committed: exit 1, and
+    on the console nothing past the query's start but its stop line and the job's one line, naming the
+    file and the malformed record (Spark's ERROR lines and Java frames go to logs/spark.log); the
+    batch uncommitted, the committed checkpoint and the output unchanged. Then drop, on the same
+    checkpoint: every bad record dropped and counted on its batch's line, the 1900 one counted as late
+    with the watchdog's warning, and every later good event in the output (the 2100 event did not move
+    the watermark): the output equals the batch job on the good files.
     """
     if BAKED_OPERATOR not in ("windowed_aggregation", "deduplication"):
         pytest.skip("the sources' check is the same for every operator; a 1900 event is late for these two")
@@ -175,40 +193,73 @@ def test_rows_without_a_usable_event_time_fail_the_batch_or_are_dropped_and_coun
     expected = batch_expectation(
         spark, make_settings(deep_merge(changes, {"source": {"files": {"path": str(tmp_path / "good")}}}))
     )
-    bad = landing / "events-bad.json"
-    bad.write_text("\n".join(BAD_LINES) + "\n")
-    retime([good[0], bad, *good[1:]])  # the bad file is batch 1, before two files of later events
+    for later in good[1:]:
+        later.unlink()  # they land after the first run, which commits batch 0 alone
     checkpoint, output = tmp_path / "checkpoint", tmp_path / "output"
+    path = write_settings(changes)
+    first = run_main("--settings", str(path))
+    assert first.returncode == 0, first.stderr[-3000:]
+    failing = committed_batches(checkpoint)[-1] + 1  # after good[0]'s batch (and a batch that moved the watermark)
+    bad = landing / "events-bad.json"
+    bad.write_text("\n".join([BROKEN_LINE, *BAD_LINES, UNREADABLE_TIME]) + "\n")
+    for later in good[1:]:
+        shutil.copy(tmp_path / "good" / later.name, later)
+    with good[1].open("a") as cut:
+        cut.write(CUT_LINE)  # a last line cut off mid-record, without its newline
+    retime([good[0], bad, *good[1:]])  # the bad file is the next batch, before two files of later events
+    committed = committed_digest(checkpoint, output)
+    spark_log = PROJECT_DIR / "logs" / "spark.log"
+    logged = spark_log.stat().st_size if spark_log.exists() else 0
 
-    failed = run_main("--settings", str(write_settings(changes)))
+    failed = run_python("main.py", "--settings", str(path), env=clean_env())
 
     assert failed.returncode == 1, failed.stderr[-3000:]
-    assert failed.stderr.strip().splitlines()[-1] == (
-        f"bad record: file://{bad} holds a row without a usable event time, event_time is null or missing:"
-        ' {"event_id":"evt-null","key":"key-0","event_time":null}' + ADVICE_END
-    )
-    assert committed_batches(checkpoint) == [0]
-    assert not (output / "_spark_metadata" / "1").exists()
+    # Past the query's start, the console holds two lines (where it held some 75): the progress stream's
+    # line of the query's stop (stdout), and on stderr the job's one line, nothing else.
+    assert jvm_free(failed.stderr).splitlines() == [
+        f"bad record: file://{bad} holds a record that does not parse as EVENT_SCHEMA: {BROKEN_LINE[:100]}..."
+        + ADVICE_END
+    ]
+    console = failed.stdout.splitlines()
+    started = next(number for number, line in enumerate(console) if line.startswith("query ") and " started " in line)
+    (stopped,) = console[started + 1 :]
+    assert stopped.startswith(f"query {changes['query']['name']} stopped: ")
+    with spark_log.open() as log:
+        log.seek(logged)
+        spark_said = log.read()
+    assert "Exception in task" in spark_said and "\tat org.apache.spark." in spark_said  # the whole story, there
+    assert committed_digest(checkpoint, output) == committed
 
     changes["source"]["files"]["on_bad_record"] = "drop"
     dropped = run_main("--settings", str(write_settings(changes)))
 
     assert dropped.returncode == 0, dropped.stderr[-3000:]
-    (line,) = [line for line in dropped.stdout.splitlines() if line.startswith("batch 1: ")]
-    assert line.startswith("batch 1: 5 input rows, ")
-    assert line.endswith(
-        ", dropped 1 late (behind the watermark), 2 without an event time, 2 with an event time too far ahead"
+    lines = {
+        int(line.split(":")[0].split()[1]): line for line in dropped.stdout.splitlines() if line.startswith("batch ")
+    }
+    assert lines[failing].startswith(f"batch {failing}: 7 input rows, ")
+    assert lines[failing].endswith(
+        ", dropped 1 late (behind the watermark), 2 malformed, 2 without an event time,"
+        " 2 with an event time too far ahead"
     )
-    others = [line for line in dropped.stdout.splitlines() if re.match(r"batch [02-9]", line)]
-    assert others and not any(", dropped " in line for line in others)
+    assert lines[failing + 1].startswith(f"batch {failing + 1}: 41 input rows, ")
+    assert lines[failing + 1].endswith(", dropped 1 malformed")
+    assert not any(", dropped " in line for batch, line in lines.items() if batch > failing + 1)
     warnings = [line for line in dropped.stderr.splitlines() if line.startswith("LATE ROWS: ")]
     assert warnings == [
-        "LATE ROWS: batch 1 dropped 1 row as late (of 5 input rows): their event time is behind the watermark,"
+        f"LATE ROWS: batch {failing} dropped 1 row as late (of 7 input rows): their event time is behind the watermark,"
         " 2026-01-01T00:00:57.000Z, so they are not in the output. If they are not that old, an event far ahead"
         " moved the watermark (query.max_event_time_ahead bounds it); if they are, an input arrives later than"
         " query.watermark allows: raise it."
     ]
     assertDataFrameEqual(read_output(spark, make_settings(changes).sink), expected)
+
+
+def committed_digest(checkpoint: Path, output: Path) -> dict[str, dict[str, str]]:
+    """What a batch that fails leaves as it was: the committed batches, the state and the output (Spark
+    has planned the batch's input, in offsets/ and sources/, before it runs)."""
+    folders = {"commits": checkpoint / "commits", "state": checkpoint / "state", "output": output}
+    return {name: digest(folder) for name, folder in folders.items()}
 
 
 @pytest.mark.streaming

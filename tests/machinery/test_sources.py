@@ -7,9 +7,15 @@ from datetime import datetime
 import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.settings import load_settings
-from stream_job.machinery.job.endpoints.sources import events_from_json, files_options, kafka_options
+from stream_job.machinery.job.endpoints.sources import (
+    events_from_json,
+    files_options,
+    kafka_options,
+    without_bad_records,
+)
 from stream_job.query import EVENT_SCHEMA
 
 SASL = {
@@ -22,7 +28,12 @@ SASL = {
 
 def test_files_options_default(make_settings):
     files = make_settings({"source": {"files": {"max_files_per_trigger": 5}}}).source.files
-    assert files_options(files) == {"latestFirst": "false", "maxFilesPerTrigger": "5", "mode": "FAILFAST"}
+    assert files_options(files) == {
+        "latestFirst": "false",
+        "maxFilesPerTrigger": "5",
+        "mode": "PERMISSIVE",
+        "columnNameOfCorruptRecord": "_unparsed_record",
+    }
 
 
 def test_files_options_csv_archive_drop(make_settings, tmp_path):
@@ -45,7 +56,8 @@ def test_files_options_csv_archive_drop(make_settings, tmp_path):
         "latestFirst": "false",
         "cleanSource": "archive",
         "sourceArchiveDir": str(tmp_path / "archive"),
-        "mode": "DROPMALFORMED",
+        "mode": "PERMISSIVE",
+        "columnNameOfCorruptRecord": "_unparsed_record",
         "header": "false",
     }
 
@@ -122,15 +134,17 @@ def test_json_values_parse_with_the_declared_schema(spark):
     raw = spark.createDataFrame(
         [(GOOD.encode(),), (b'{"event_id": "e2", "key": "k2", "event_time": null}',)], "value binary"
     )
-    events = events_from_json(raw, "value", EVENT_SCHEMA, "fail")
+    events = events_from_json(raw, "value", EVENT_SCHEMA).select(*EVENT_SCHEMA.fieldNames())
     expected = spark.createDataFrame([("e1", "k1", datetime(2026, 1, 1, 0, 0, 5)), ("e2", "k2", None)], EVENT_SCHEMA)
     assertDataFrameEqual(events, expected)
 
 
-def test_bad_json_is_dropped_or_fails(spark):
+def test_bad_json_is_dropped_or_fails_naming_it(spark, make_settings):
     raw = spark.createDataFrame([(GOOD.encode(),), (b"not json at all",)], "value binary")
-    dropped = events_from_json(raw, "value", EVENT_SCHEMA, "drop")
+    events = events_from_json(raw, "value", EVENT_SCHEMA)
+    query = make_settings().query
+    dropped = without_bad_records(events, EVENT_SCHEMA, "drop", F.lit("topic t"), "source", query)
     assert [row.event_id for row in dropped.collect()] == ["e1"]
     # Spark raises it from the JVM: a Py4JJavaError here, a StreamingQueryException in a running query.
-    with pytest.raises((PySparkException, Py4JJavaError), match="MALFORMED_RECORD_IN_PARSING"):
-        events_from_json(raw, "value", EVENT_SCHEMA, "fail").collect()
+    with pytest.raises((PySparkException, Py4JJavaError), match="bad record in source topic t: a record that does not"):
+        without_bad_records(events, EVENT_SCHEMA, "fail", F.lit("topic t"), "source", query).collect()

@@ -88,16 +88,18 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held:
                 print(f"source: {remark}", file=remarks_to, flush=True)
             run_query(spark, settings, args.max_batches, args.timeout, held=held)
         except StreamingQueryException as error:
+            chain = _message_chain(error)
+            bad_record = bad_record_advice(chain, settings)
+            if bad_record:  # bad input: its one line says where, what and the ways on; the checkpoint is fine
+                print(*bad_record, sep="\n", file=sys.stderr)
+                return EXIT_QUERY_FAILED
             print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)
             print(f"checkpoint: {settings.query.checkpoint_location}", file=sys.stderr)
-            chain = _message_chain(error)
             for line in damaged_checkpoint_advice(chain, settings.query.checkpoint_location):
                 print(line, file=sys.stderr)
             for line in disk_full_advice(chain, settings):
                 print(line, file=sys.stderr)
-            for line in (
-                data_loss_advice(chain, settings) + bad_record_advice(chain, settings) + schema_refusal_advice(chain)
-            ):
+            for line in data_loss_advice(chain, settings) + schema_refusal_advice(chain):
                 print(line, file=sys.stderr)
             return EXIT_QUERY_FAILED
         return 0
@@ -254,42 +256,27 @@ def data_loss_advice(message: str, settings: Settings) -> list[str]:
 
 
 def bad_record_advice(message: str, settings: Settings) -> list[str]:
-    """A record that does not parse, or has no usable event time, with on_bad_record fail: where to
-    look, and the two ways on."""
-    if "MALFORMED_RECORD_IN_PARSING" not in message:
-        return event_time_advice(message, settings)
-    failing = [
-        f"{section}.{source.type}.on_bad_record"
-        for section, source in settings.inputs.items()
-        if source.type in ("files", "kafka") and getattr(source, source.type).on_bad_record == "fail"
-    ]
-    return [
-        f"bad record: an input record does not parse as EVENT_SCHEMA's JSON and {' / '.join(failing)} is fail,"
-        " so the batch stopped uncommitted (nothing of it was written). Fix or remove the record at its source,"
-        " or set on_bad_record to drop to skip such records; the next start runs the batch again."
-    ]
+    """A bad record a source refused with on_bad_record fail (job/endpoints/sources.py): where it came
+    from (its file, or Kafka topic, partition and offset), what is wrong with it, the record, and the
+    ways on."""
+    from ..job.endpoints.sources import BAD_RECORD_ERROR
 
-
-def event_time_advice(message: str, settings: Settings) -> list[str]:
-    """A row whose event time is null, or too far ahead, that a source refused (job/endpoints/sources.py):
-    its file (or Kafka topic, partition and offset), the row, and the ways on."""
-    from ..job.endpoints.sources import UNUSABLE_EVENT_TIME
-
-    found = re.search(UNUSABLE_EVENT_TIME + r" (\S+) (.+?): (.+?); row (\{.*\})", message)
+    # The record runs to the end of the line, but for the SQL states Spark appends to its messages.
+    found = re.search(BAD_RECORD_ERROR + r" (\S+) (.+?): (.+?); row (.*?)(?: SQLSTATE: \w+)*$", message, re.M)
     if found is None:
         return []
-    section, origin, why, row = found.groups()
+    section, origin, what, row = found.groups()
     source = settings.inputs.get(section)
     setting = f"{section}.{source.type}.on_bad_record" if source else "on_bad_record"
     bound = settings.query.max_event_time_ahead
     ahead = (
         f" (query.max_event_time_ahead, {bound}, is how far ahead of the processing time an event may be;"
         " epoch milliseconds read as seconds land some 50,000 years ahead)"
-        if "ahead of the processing time" in why
+        if "ahead of the processing time" in what
         else ""
     )
     return [
-        f"bad record: {origin} holds a row without a usable event time, {why}{ahead}: {row}; {setting} is fail,"
+        f"bad record: {origin} holds {what}{ahead}: {row}; {setting} is fail,"
         " so the batch stopped uncommitted (nothing of it was written). Fix or remove the row at its source, or"
         " set on_bad_record to drop to skip and count such rows; the next start runs the batch again."
     ]

@@ -28,14 +28,14 @@ from pyspark.sql.streaming import StreamingQueryListener
 from ..core.figures import human_bytes
 from ..core.sizing.capacity import ROCKSDB_THRESHOLD_BYTES, Estimate
 from ..core.text import first_line
-from .endpoints.sources import EVENT_TIME_AHEAD, EVENT_TIME_OBSERVATION, WITHOUT_EVENT_TIME
+from .endpoints.sources import BAD_RECORDS_OBSERVATION, EVENT_TIME_AHEAD, MALFORMED, WITHOUT_EVENT_TIME
 from .heap import HeapProbe
 
 
 def format_progress(progress: dict[str, Any], rows_counted: bool = True) -> str:
     """Batch id, input rows, rows/s, state rows, state memory and batch duration of one progress event,
-    then the rows the batch dropped, if any: late (behind the watermark), without an event time, or
-    with one too far ahead (the last two with on_bad_record drop). rows_counted false: a store that
+    then the rows the batch dropped, if any: late (behind the watermark), malformed, without an event
+    time, or with one too far ahead (the last three with on_bad_record drop). rows_counted false: a store that
     does not track its rows, whose 0 is not a count."""
     event = batch_event(progress)
     rows = f"{event['state_rows']:,} rows" if rows_counted else "rows not counted"
@@ -48,6 +48,7 @@ def format_progress(progress: dict[str, Any], rows_counted: bool = True) -> str:
         f"{event[field]:,} {what}"
         for field, what in (
             ("rows_dropped_late", "late (behind the watermark)"),
+            ("rows_dropped_malformed", "malformed"),
             ("rows_dropped_without_event_time", "without an event time"),
             ("rows_dropped_event_time_ahead", "with an event time too far ahead"),
         )
@@ -56,13 +57,13 @@ def format_progress(progress: dict[str, Any], rows_counted: bool = True) -> str:
     return f"{line}, dropped {', '.join(dropped)}" if dropped else line
 
 
-def dropped_bad_event_time(progress: dict[str, Any], metric: str) -> int:
-    """Rows the sources dropped for their event time (job/endpoints/sources.py), summed over the inputs."""
+def dropped_bad_records(progress: dict[str, Any], metric: str) -> int:
+    """Bad records of one kind the sources dropped (job/endpoints/sources.py), summed over the inputs."""
     observed = progress.get("observedMetrics") or {}
     return sum(
         int(values.get(metric) or 0)
         for name, values in observed.items()
-        if name.endswith(f".{EVENT_TIME_OBSERVATION}") and isinstance(values, dict)
+        if name.endswith(f".{BAD_RECORDS_OBSERVATION}") and isinstance(values, dict)
     )
 
 
@@ -83,8 +84,9 @@ def batch_event(progress: dict[str, Any]) -> dict[str, Any]:
         "state_rows": sum(operator.get("numRowsTotal", 0) for operator in operators),
         "state_memory_bytes": sum(operator.get("memoryUsedBytes", 0) for operator in operators),
         "rows_dropped_late": sum(operator.get("numRowsDroppedByWatermark") or 0 for operator in operators),
-        "rows_dropped_without_event_time": dropped_bad_event_time(progress, WITHOUT_EVENT_TIME),
-        "rows_dropped_event_time_ahead": dropped_bad_event_time(progress, EVENT_TIME_AHEAD),
+        "rows_dropped_malformed": dropped_bad_records(progress, MALFORMED),
+        "rows_dropped_without_event_time": dropped_bad_records(progress, WITHOUT_EVENT_TIME),
+        "rows_dropped_event_time_ahead": dropped_bad_records(progress, EVENT_TIME_AHEAD),
         "watermark": (progress.get("eventTime") or {}).get("watermark"),
         "durations_ms": progress.get("durationMs") or {},
         "state_operators": [

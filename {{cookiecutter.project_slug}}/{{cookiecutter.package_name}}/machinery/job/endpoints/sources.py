@@ -1,7 +1,7 @@
 """Streaming sources, each mapped to the query module's EVENT_SCHEMA (see contract.py).
 
-The files and Kafka sources also check each row's event time (with_usable_event_time): a row without
-one, or with one far ahead of the processing time, is a bad record like one that does not parse.
+The files and Kafka sources also check each record (without_bad_records): one that does not parse
+with EVENT_SCHEMA, or whose event time is missing or far ahead of the processing time, is a bad record.
 """
 
 from __future__ import annotations
@@ -14,19 +14,28 @@ from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from ...core.contract import user_query
 from ...core.settings import FilesSourceSettings, KafkaSourceSettings, QuerySettings, RateSourceSettings, Settings
 from .kafka import connection_options
 from .schema_events import SchemaRolesError, roles, schema_events_from_rate
 
-# How the error a row without a usable event time raises begins (commands/run.py finds it by this), and
-# the counts of such rows dropped, as each batch's observed metrics "<section>.event_time".
-UNUSABLE_EVENT_TIME = "unusable event time in"
-EVENT_TIME_OBSERVATION = "event_time"
+# How the error a bad record raises begins (commands/run.py finds it by this), and the counts of the bad
+# records dropped, by kind, as each batch's observed metrics "<section>.bad_records".
+BAD_RECORD_ERROR = "bad record in"
+BAD_RECORDS_OBSERVATION = "bad_records"
+MALFORMED = "malformed"
 WITHOUT_EVENT_TIME = "without_event_time"
 EVENT_TIME_AHEAD = "event_time_ahead"
+
+# Spark's parsers keep the text of a record that does not parse in this column (PERMISSIVE mode), so that the
+# job counts or names it: DROPMALFORMED drops it uncounted, FAILFAST names neither the record nor its file.
+UNPARSED = "_unparsed_record"
+PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": UNPARSED}
+PARSED_FORMATS = ("json", "csv")
+# How much of a record that does not parse its error shows.
+SHOWN_CHARS = 100
 
 
 def read_events(spark: SparkSession, settings: Settings, section: str = "source") -> DataFrame:
@@ -67,20 +76,23 @@ def files_options(files: FilesSourceSettings) -> dict[str, str]:
         options["cleanSource"] = files.clean_source
     if files.archive_dir is not None:
         options["sourceArchiveDir"] = files.archive_dir
-    if files.format in ("json", "csv"):
-        options["mode"] = "FAILFAST" if files.on_bad_record == "fail" else "DROPMALFORMED"
+    if files.format in PARSED_FORMATS:
+        options.update(PARSE_OPTIONS)
     if files.format == "csv":
         options["header"] = str(files.csv_header).lower()
     return options
 
 
 def read_files(spark: SparkSession, files: FilesSourceSettings, section: str, query: QuerySettings) -> DataFrame:
-    """Files landing in a directory, parsed with the declared schema (never inferred); a row is
-    named by its file when its event time is not usable."""
+    """Files landing in a directory, parsed with the declared schema (never inferred); a bad record is
+    named by its file."""
     schema = user_query().EVENT_SCHEMA
-    reader = spark.readStream.format(files.format).schema(schema).options(**files_options(files))
-    events = reader.load(files.path)
-    checked = with_usable_event_time(events, schema, files.on_bad_record, F.input_file_name(), section, query)
+    parsed = files.format in PARSED_FORMATS
+    reader = spark.readStream.format(files.format).schema(with_unparsed(schema) if parsed else schema)
+    events = reader.options(**files_options(files)).load(files.path)
+    if not parsed:  # parquet: every record parses
+        events = events.withColumn(UNPARSED, F.lit(None).cast("string"))
+    checked = without_bad_records(events, schema, files.on_bad_record, F.input_file_name(), section, query)
     return checked.select(*schema.fieldNames())
 
 
@@ -98,63 +110,75 @@ def kafka_options(kafka: KafkaSourceSettings, environ: Mapping[str, str] = os.en
 
 def read_kafka(spark: SparkSession, kafka: KafkaSourceSettings, section: str, query: QuerySettings) -> DataFrame:
     """Kafka records whose value is a JSON event (the Spark Kafka connector must be on the classpath);
-    a record is named by its topic, partition and offset when its event time is not usable."""
+    a bad record is named by its topic, partition and offset."""
     schema = user_query().EVENT_SCHEMA
     raw = spark.readStream.format("kafka").options(**kafka_options(kafka)).load()
-    events = events_from_json(raw, "value", schema, kafka.on_bad_record, keep=("topic", "partition", "offset"))
+    events = events_from_json(raw, "value", schema, keep=("topic", "partition", "offset"))
     origin = F.format_string("topic %s partition %d offset %d", "topic", "partition", "offset")
-    checked = with_usable_event_time(events, schema, kafka.on_bad_record, origin, section, query)
+    checked = without_bad_records(events, schema, kafka.on_bad_record, origin, section, query)
     return checked.select(*schema.fieldNames())
 
 
-def events_from_json(
-    raw: DataFrame, column: str, schema: StructType, on_bad_record: str, keep: Sequence[str] = ()
-) -> DataFrame:
-    """A column of JSON text (a Kafka message value) -> events, parsed with the declared schema, and
-    the raw columns named in keep (the record's partition and offset, say) beside them.
-
-    on_bad_record "fail" stops the query at the first record that is not JSON; "drop" skips it.
-    """
-    mode = "FAILFAST" if on_bad_record == "fail" else "PERMISSIVE"
-    parsed = raw.select(F.from_json(F.col(column).cast("string"), schema, {"mode": mode}).alias("event"), *keep)
-    if on_bad_record == "drop":
-        # PERMISSIVE turns a malformed record into a null struct, or a struct of nulls.
-        fields = [F.col(f"event.{name}").isNotNull() for name in schema.fieldNames()]
-        parsed = parsed.where(F.col("event").isNotNull() & reduce(operator.or_, fields))
-    return parsed.select(*(F.col(f"event.{name}").alias(name) for name in schema.fieldNames()), *keep)
+def with_unparsed(schema: StructType) -> StructType:
+    """The schema Spark's parsers read with: the declared one, and UNPARSED for a record that does not parse."""
+    return StructType([*schema.fields, StructField(UNPARSED, StringType())])
 
 
-def with_usable_event_time(
+def events_from_json(raw: DataFrame, column: str, schema: StructType, keep: Sequence[str] = ()) -> DataFrame:
+    """A column of JSON text (a Kafka message value) -> events, parsed with the declared schema, the text of
+    a record that does not parse in UNPARSED (without_bad_records counts or names it), and the raw columns
+    named in keep (the record's partition and offset, say) beside them."""
+    event = F.from_json(F.col(column).cast("string"), with_unparsed(schema), PARSE_OPTIONS)
+    return raw.select(event.alias("event"), *keep).select("event.*", *keep)
+
+
+def without_bad_records(
     events: DataFrame, schema: StructType, on_bad_record: str, origin: Column, section: str, query: QuerySettings
 ) -> DataFrame:
-    """The events whose event time (EVENT_SCHEMA's first timestamp column: schema_events.roles) can
-    be trusted: set, and at most query.max_event_time_ahead past the processing time of the batch (None: no bound).
+    """The events that are not bad records, from rows parsed with with_unparsed(schema).
+
+    A bad record does not parse (its text is in UNPARSED: a line cut off, a timestamp Spark cannot
+    read), or has no usable event time (event_time_kinds). With on_bad_record "fail" the batch stops
+    at the first, its error naming the origin (where it came from), what is wrong and the record; with
+    "drop" each is dropped and counted, by kind, in the batch's observed metrics <section>.bad_records.
+    """
+    unparsed = F.col(UNPARSED)
+    malformed = unparsed.isNotNull()
+    # kind -> (which rows, what the error says of one); the kinds exclude each other: each record counts once.
+    kinds = {MALFORMED: (malformed, F.lit("a record that does not parse as EVENT_SCHEMA"))}
+    kinds.update(event_time_kinds(schema, query, parsed=~malformed))
+    bad = reduce(operator.or_, (rows for rows, _ in kinds.values()))
+    if on_bad_record == "drop":
+        counts = [F.count_if(rows).alias(kind) for kind, (rows, _) in kinds.items()]
+        return events.observe(f"{section}.{BAD_RECORDS_OBSERVATION}", *counts).where(~bad)
+    what = F.coalesce(*(F.when(rows, said) for rows, said in kinds.values()))
+    cut = F.concat(F.substring(unparsed, 1, SHOWN_CHARS), F.lit("..."))
+    shown = F.when(F.length(unparsed) > SHOWN_CHARS, cut).otherwise(unparsed)
+    record = F.coalesce(shown, F.to_json(F.struct(*schema.fieldNames()), {"ignoreNullFields": "false"}))
+    message = F.format_string(f"{BAD_RECORD_ERROR} {section} %s: %s; row %s", origin, what, record)
+    # raise_error is evaluated for the bad rows only; the others pass (the condition is then null).
+    return events.where(F.when(bad, F.raise_error(message)).isNull())
+
+
+def event_time_kinds(schema: StructType, query: QuerySettings, parsed: Column) -> dict[str, tuple[Column, Column]]:
+    """The parsed rows whose event time (EVENT_SCHEMA's first timestamp column: schema_events.roles)
+    cannot be trusted: null or missing, or more than query.max_event_time_ahead past the processing time
+    of the batch (None: no bound); for without_bad_records.
 
     A null event time would pass every watermark (a windowed count drops the row without a word, a
     deduplication keeps its id for ever), and one far ahead (2100, or epoch milliseconds read as
-    seconds) would move the watermark past every later event. Either row is a bad record: with
-    on_bad_record "fail" the batch stops, its error naming the row and origin (where it came from);
-    with "drop" the row is dropped and counted in the batch's observed metrics <section>.event_time.
+    seconds) would move the watermark past every later event.
     """
     try:
         name = roles(schema).event_time
     except SchemaRolesError:
-        return events  # no timestamp column: the query makes its event time itself
+        return {}  # no timestamp column: the query makes its event time itself
     event_time = F.col(name)
-    missing = event_time.isNull()
-    max_ahead = query.max_event_time_ahead
-    if query.max_ahead_seconds is None:
-        ahead = F.lit(False)
-    else:
+    unusable = "a row without a usable event time"
+    kinds = {WITHOUT_EVENT_TIME: (parsed & event_time.isNull(), F.lit(f"{unusable}, {name} is null or missing"))}
+    if query.max_ahead_seconds is not None:
         ahead = event_time > F.current_timestamp() + F.lit(timedelta(seconds=query.max_ahead_seconds))
-    if on_bad_record == "drop":
-        counts = (F.count_if(missing).alias(WITHOUT_EVENT_TIME), F.count_if(ahead).alias(EVENT_TIME_AHEAD))
-        return events.observe(f"{section}.{EVENT_TIME_OBSERVATION}", *counts).where(~missing & ~ahead)
-    named = name.replace("%", "%%")  # format_string's patterns below hold it as text
-    why = F.when(missing, F.lit(f"{name} is null or missing")).otherwise(
-        F.format_string(f"{named} %s is more than {max_ahead} ahead of the processing time", event_time.cast("string"))
-    )
-    row = F.to_json(F.struct(*schema.fieldNames()), {"ignoreNullFields": "false"})
-    message = F.format_string(f"{UNUSABLE_EVENT_TIME} {section} %s: %s; row %s", origin, why, row)
-    # raise_error is evaluated for the bad rows only; the others pass (the condition is then null).
-    return events.where(F.when(missing | ahead, F.raise_error(message)).isNull())
+        named = name.replace("%", "%%")  # format_string's pattern holds it as text
+        said = f"{unusable}, {named} %s is more than {query.max_event_time_ahead} ahead of the processing time"
+        kinds[EVENT_TIME_AHEAD] = (parsed & ahead, F.format_string(said, event_time.cast("string")))
+    return kinds

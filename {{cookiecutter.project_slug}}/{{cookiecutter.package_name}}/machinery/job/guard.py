@@ -91,9 +91,7 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     report.drifts += [] if held.stateless else format_version_drifts(settings, held)
     report.drifts += source_drifts(settings, held.last_batch, held.offsets)
     report.drifts += moved_landing_drifts(settings, held.files_read)
-    lost, note = lost_output(settings, held)
-    report.refusals += lost
-    report.notes += note
+    report.refusals += lost_output(settings, held)
     if not any(drift.setting == "state_store.provider" for drift in report.drifts):
         report.notes += changelog_notes(settings, checkpoint)
         if settings.state_store.provider == "rocksdb" and held.last_committed is not None:

@@ -70,6 +70,27 @@ def lost_output(settings: Settings, held: CheckpointRead) -> list[str]:
     ]
 
 
+def output_elsewhere(settings: Settings, log: SinkLog | None) -> list[tuple[str, Path]]:
+    """A parquet output whose log lists committed files outside sink.path (an output copied with its
+    log, whose entries name the files by their full path): Spark reads the output through those paths,
+    so the rows there are lost with that folder. (why, the first such folder), or []."""
+    if log is None:
+        return []
+    output = log.folder.parent.resolve()
+    folders = {path.parent.resolve() for path in log.live_files}  # a folder or a few: resolved once each
+    elsewhere = sorted(folder for folder in folders if folder != output and output not in folder.parents)
+    if not elsewhere:
+        return []
+    return [
+        (
+            f"sink.path is {settings.sink.path} in settings, but its log {log.folder} lists committed files in"
+            f" {', '.join(map(str, elsewhere))}: Spark reads the output through those paths, and it would be lost"
+            " with that folder",
+            elsewhere[0],
+        )
+    ]
+
+
 def check_sink_log(log: SinkLog | None) -> None:
     """CheckpointUnreadable naming a parquet sink's log entry that is damaged: one that no longer matches
     its checksum, or, from the newest merge file on (what Spark and every reader of the output read),

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.checkpoint import path_records
 from ..core.checkpoint.copying import made_whole
 from ..core.checkpoint.files import (
+    LANDING_FLAGS,
     held_format_version,
     interrupted,
     latest_offsets,
@@ -46,7 +47,6 @@ if TYPE_CHECKING:  # Spark is imported only when the checks pass
 MANIFEST = "manifest.json"
 CHECKPOINT, OUTPUT = "checkpoint", "output"  # the savepoint's folders, and the manifest's names for them
 FORMAT = 1
-LANDING_FLAGS = {"source": "--landing", "join_source": "--join-landing"}  # restore's flag per settings section
 TAKE_A_NEW_ONE = "take a new savepoint from the stopped job, or use another copy of this one"
 
 

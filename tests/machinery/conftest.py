@@ -96,6 +96,14 @@ def run_main(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     return run_cli("run", *args, env=env)
 
 
+def run_job_of(sink: str, settings_path: Path) -> subprocess.CompletedProcess[str]:
+    """The job on settings_path to the end of its input: in a process of its own for the delta-spark
+    writer (its session extensions cannot join the shared session), else in this process (run_main)."""
+    if sink == "delta-spark":
+        return run_python("main.py", "--settings", str(settings_path), env=clean_env())
+    return run_main("--settings", str(settings_path))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for marker in (
         "operator: depends on the bake's operator; runs in the bake of every operator",

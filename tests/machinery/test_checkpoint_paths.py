@@ -1,4 +1,5 @@
-"""A checkpoint whose path has a space, '#' and '%', and one whose folders this user may not write.
+"""A checkpoint whose path has a space, '#' and '%', one whose folders this user may not write, and a
+job folder copied with it (`cp -r`), refused until a savepoint moves the paths Spark wrote.
 
 One short job run (3 files, RocksDB, 2 partitions) makes the checkpoint; each test works on it or on a
 copy. Spark's state readers and its repartition runner mangled such a path ("the checkpoint may be
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,11 +21,17 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 import yaml
+from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.checkpoint import path_records
+from stream_job.machinery.core.checkpoint.files import START_OVER
+from stream_job.machinery.core.checkpoint.sink_log import read_sink_log
+from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.endpoints.output import read_output
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 
 from .conftest import (
     PROJECT_DIR,
+    batch_expectation,
     clean_env,
     committed_batches,
     digest,
@@ -60,31 +68,101 @@ def copied(folder: Path, into: Path) -> Path:
 
 
 def copy_of(folder: Path, into: Path) -> Path:
-    """The job's folder copied, and the paths Spark wrote into its checkpoint moved with it (as savepoint
-    restore moves them): the file source's log names the copy's landing files."""
+    """The job's folder copied, and the paths Spark wrote into it moved with it (as savepoint restore
+    moves them): the file source's log names the copy's landing files, the sink's log its output's."""
     copied(folder, into)
-    for path in path_records.uris_in(into / AWKWARD):
+    for path in path_records.uris_in(into):
         path_records.rewrite(path, [(folder, into)])
     return into
 
 
-def test_a_job_folder_copied_without_its_paths_moved_is_refused_before_reading_its_files_again(awkward, tmp_path):
-    """`cp -r` of a project: the file source's log names the files by the old folder's paths, so Spark
-    read every landing file again, each result written twice. Refused, naming both folders."""
-    folder = copied(awkward, tmp_path / "copy")
+def land_later_files(landing: Path, scratch: Path) -> None:
+    """Three files more into landing, their events after those of the fixture's three (in file order too)."""
+    write_sample_files(scratch, files=6, events_per_file=40, keys=4, advance_per_file=timedelta(minutes=2))
+    for path in sorted(scratch.glob("events-*.json"))[3:]:
+        path.rename(landing / path.name.replace("events-", "events-1"))
+
+
+def savepoint_way(written_for: Path, checkpoint: Path, output: Path, landing: Path) -> tuple[str, str]:
+    """The end of the copy refusal's line, which gives the savepoint way out, and its restore command."""
+    restore = (
+        f"python -m stream_job savepoint restore SAVEPOINT --checkpoint {shlex.quote(str(checkpoint))} --output"
+        f" {shlex.quote(str(output))} --landing {shlex.quote(str(landing))}"
+    )
+    return (
+        "Move the job with its paths by a savepoint: in the project it was copied or moved from (the one holding"
+        f" {written_for}), python -m stream_job savepoint create SAVEPOINT; here, move the copied"
+        f" {shlex.quote(str(checkpoint))} and {shlex.quote(str(output))} aside, then {restore}; or {START_OVER}"
+    ), restore
+
+
+def test_a_copied_job_folder_is_refused_and_moved_by_the_savepoint_way_its_line_gives(awkward, spark, tmp_path):
+    """`cp -r` of a project, checkpoint and all: the file source's log names the files it read by the
+    original's paths (Spark would read every landing file again, each result twice), the parquet sink's
+    log the files it committed (the copy's output would be read from the original's folder, and lost
+    with it). Refused in one line naming both, and the way that moves the paths: a savepoint of the
+    original, restored in the copy. Run as the line words it, the copy goes on alone, the original
+    deleted: every file of its sink's log in its own output, which holds the batch computation's rows."""
+    original = copy_of(awkward, tmp_path / "original")
+    folder = copied(original, tmp_path / "copy")
+    settings_path = folder / "settings.yaml"
+    checkpoint, output, landing = folder / AWKWARD, folder / "output", folder / "landing"
     before = digest(folder)
-    result = run_main("--settings", str(folder / "settings.yaml"))
-    assert result.returncode == 4, result.stderr[-3000:]
-    assert (
-        result.stderr.strip()
-        .splitlines()[-1]
-        .startswith(
-            f"checkpoint error: source.files.path is {folder / 'landing'} in settings, but the checkpoint"
-            f" {folder / AWKWARD} holds {awkward / 'landing'}: Spark's file source knows the files it read by their"
-            " full path, and would read every file that moved with the checkpoint again, writing each result twice."
-            f" Either set source.files.path back to {awkward / 'landing'}, or "
-        )
-    ), result.stderr[-3000:]
+    result = run_main("--settings", str(settings_path))
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-3000:]
+    way, restore = savepoint_way(original / "landing", checkpoint, output, landing)
+    assert result.stderr.strip().splitlines() == [
+        f"checkpoint error: source.files.path is {landing} in settings, but the checkpoint {checkpoint} holds"
+        f" {original / 'landing'}: Spark's file source knows the files it read by their full path, and would read"
+        " every file that moved with the checkpoint again, writing each result twice; sink.path is"
+        f" {output} in settings, but its log {output / '_spark_metadata'} lists committed files in"
+        f" {original / 'output'}: Spark reads the output through those paths, and it would be lost with that"
+        f" folder. {way}"
+    ]
+    assert digest(folder) == before
+
+    # The way out as the line words it: a savepoint in the original, restored here.
+    savepoint = tmp_path / "savepoint #1"
+    made = run_cli("savepoint", "create", "--settings", str(original / "settings.yaml"), str(savepoint))
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
+    for copy in (checkpoint, output):
+        copy.rename(tmp_path / f"aside {copy.name}")
+    restored = run_cli(*shlex.split(restore.replace("SAVEPOINT", shlex.quote(str(savepoint))))[3:])
+    assert restored.returncode == 0, restored.stdout[-2000:] + restored.stderr[-3000:]
+
+    shutil.rmtree(original)
+    land_later_files(landing, tmp_path / "later")
+    ran = run_main("--settings", str(settings_path))
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
+    assert committed_batches(checkpoint)[-1] > json.loads((savepoint / "manifest.json").read_text())["batch"]
+    log = read_sink_log(output)
+    assert log is not None and log.live_files and all(output in path.parents for path in log.live_files), log
+    shown = run_cli("show-output", "--settings", str(settings_path))
+    assert shown.returncode == 0 and f"rows in {output}" in shown.stdout, shown.stderr[-3000:]
+    settings = load_settings(settings_path)
+    assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
+
+
+def test_a_copy_reading_the_originals_landing_is_refused_for_its_outputs_log(awkward, tmp_path):
+    """What the copy refusal used to advise: the copy pointed back at the original's landing folder. Its
+    checkpoint then reads right, but its output's log lists the original's files, which the copy would
+    read there and lose with that folder: refused, both folders named, nothing changed."""
+    original = copy_of(awkward, tmp_path / "original")
+    folder = copied(original, tmp_path / "copy")
+    settings_path = folder / "settings.yaml"
+    changes = yaml.safe_load(settings_path.read_text())
+    changes["source"]["files"]["path"] = str(original / "landing")
+    settings_path.write_text(yaml.safe_dump(changes, sort_keys=False))
+    checkpoint, output = folder / AWKWARD, folder / "output"
+    before = digest(folder)
+    result = run_main("--settings", str(settings_path))
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-3000:]
+    way, _ = savepoint_way(original / "output", checkpoint, output, original / "landing")
+    assert result.stderr.strip().splitlines() == [
+        f"checkpoint error: sink.path is {output} in settings, but its log {output / '_spark_metadata'} lists"
+        f" committed files in {original / 'output'}: Spark reads the output through those paths, and it would be"
+        f" lost with that folder. {way}"
+    ]
     assert digest(folder) == before
 
 
@@ -173,10 +251,7 @@ def test_a_folder_made_read_only_while_the_job_runs_is_said_as_a_permission_not_
     followed, the job goes on from the failed batch, with no gap, to every landing file."""
     folder = copy_of(awkward, tmp_path / "running")
     checkpoint = folder / AWKWARD
-    more = tmp_path / "more"
-    write_sample_files(more, files=6, events_per_file=40, keys=4, advance_per_file=timedelta(minutes=2))
-    for path in sorted(more.glob("events-*.json"))[3:]:  # later than what ran: three batches more
-        path.rename(folder / "landing" / path.name.replace("events-", "events-1"))
+    land_later_files(folder / "landing", tmp_path / "more")  # three batches more
     settings = folder / "settings.yaml"
     changes = yaml.safe_load(settings.read_text())
     changes["query"]["trigger"] = "1 second"

@@ -48,13 +48,17 @@ def test_another_query_writes_its_own_batch_ids(spark, tmp_path):
     assert second.skipped_batches == []
 
 
-def test_empty_batch_writes_no_commit(spark, tmp_path):
+def test_an_empty_batch_is_recorded_without_a_data_file(spark, tmp_path):
+    """As Spark's own Delta sink does: the table records every batch, so a start can tell one it lost."""
     path = str(tmp_path / "table")
     writer = DeltaLakeBatchWriter(path)
     writer.bind("query-1")
-    writer(rows(spark, (0, "a", 1)), 0)
-    writer(rows(spark), 1)
-    assert DeltaTable(path).version() == 0
+    writer(rows(spark), 0)  # the first batch, empty: the table is made, with the batch's columns
+    writer(rows(spark, (0, "a", 1)), 1)
+    writer(rows(spark), 2)
+    table = DeltaTable(path)
+    assert (table.version(), committed_version(path, "query-1"), len(table.file_uris())) == (2, 2, 1)
+    assertDataFrameEqual(table_rows(spark, path), rows(spark, (0, "a", 1)))
 
 
 def test_missing_deltalake_package_exits_3_before_spark_starts(write_settings, tmp_path):

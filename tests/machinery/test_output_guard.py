@@ -1,5 +1,6 @@
 """Input and output that cannot silently lose data: the start refuses, in one line, a checkpoint whose
-committed output is gone (the parquet sink's log, or a file it lists) or whose source is another kind
+committed output is gone (the parquet sink's log, or a file it lists; a Delta table, or batches of it)
+or whose source is another kind
 than the one that wrote its offsets. Each refusal leaves the checkpoint byte for byte as it was, and
 the job, once the output is back, goes on to an output equal to the batch computation."""
 
@@ -12,9 +13,20 @@ from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
+from stream_job.machinery.core.checkpoint.files import START_OVER
+from stream_job.machinery.core.settings import Settings
 from stream_job.machinery.job.endpoints.output import read_output
 
-from .conftest import ANY_PROVIDER, batch_expectation, digest, files_job, run_cli, run_main
+from .conftest import (
+    ANY_PROVIDER,
+    batch_expectation,
+    committed_batches,
+    digest,
+    files_job,
+    run_cli,
+    run_job_of,
+    run_main,
+)
 
 pytestmark = [pytest.mark.streaming]
 
@@ -67,6 +79,68 @@ def test_lost_output_and_a_changed_source_are_refused_in_one_line(spark, make_se
         file.rename(landing / file.name)
     rest = run_main("--settings", str(path))
     assert rest.returncode == 0, rest.stderr[-3000:]
+    assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
+
+
+def lost_output_line(settings: Settings, problem: str) -> str:
+    """The lost-output refusal, for the problem that a sink's output shows."""
+    checkpoint = Path(settings.query.checkpoint_location)
+    return (
+        f"sink.path {settings.sink.path} has lost committed output: {problem}, while the checkpoint {checkpoint}"
+        f" has committed batches up to {committed_batches(checkpoint)[-1]}, which a restart never writes again. Put"
+        f" the output back as it was (a backup, or where it was moved); or write everything again: {START_OVER}"
+    )
+
+
+def table_moved_away_is_refused(settings_path: Path, settings: Settings, away: Path) -> None:
+    """The Delta table moved to `away` (and left there): the start and show-output refuse, one line each,
+    the checkpoint unchanged."""
+    Path(settings.sink.path).rename(away)
+    missing = lost_output_line(settings, "it holds no Delta table (no _delta_log)")
+    assert refused_start(settings_path, Path(settings.query.checkpoint_location), "") == f"checkpoint error: {missing}"
+    shown = run_cli("show-output", "--settings", str(settings_path))
+    assert (shown.returncode, shown.stdout, shown.stderr) == (4, "", f"show-output error: {missing}\n")
+
+
+# The delta-spark case costs two JVMs of its own (its session extensions cannot join the shared
+# session): CI moves its table away in test_exactly_once's crash of a delta-spark job instead.
+@pytest.mark.parametrize(
+    "sink", ["delta", pytest.param("delta-spark", marks=[pytest.mark.delta_spark, pytest.mark.secondary])]
+)
+def test_a_delta_table_moved_away_or_behind_the_checkpoint_is_refused_and_once_back_the_job_goes_on(
+    spark, make_settings, write_settings, tmp_path, sink
+):
+    """Both Delta writers record every batch of the query in the table's log, an empty one too (a
+    transaction: the query id and the batch id; one table version per batch). A table moved away, or
+    one holding fewer of the query's batches than the checkpoint committed (an older copy put back),
+    has lost committed output: refused before Spark as the parquet sink's is, the checkpoint unchanged,
+    and show-output says the same. The table put back, the job goes on to the batch computation's rows."""
+    changes = files_job(tmp_path, sink, ANY_PROVIDER, files=3)
+    path = write_settings(changes)
+    settings = make_settings(changes)
+    checkpoint, output = Path(settings.query.checkpoint_location), Path(settings.sink.path)
+    held_back = sorted(Path(settings.source.files.path).iterdir())[-1]
+    held_back.rename(tmp_path / held_back.name)
+    first = run_job_of(sink, path)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    moved = tmp_path / "moved-away"
+    table_moved_away_is_refused(path, settings, moved)
+
+    # An older copy of the table: its newest version, the last batch's, not in it.
+    last = committed_batches(checkpoint)[-1]
+    shutil.copytree(moved, output)
+    for part in (output / "_delta_log").glob(f"*{last:020d}*"):
+        part.unlink()
+    query = json.loads((checkpoint / "metadata").read_text())["id"]
+    older = f"its Delta table holds the batches of query {query} up to {last - 1} (its log's transactions)"
+    assert refused_start(path, checkpoint, "") == f"checkpoint error: {lost_output_line(settings, older)}"
+
+    shutil.rmtree(output)
+    moved.rename(output)
+    (tmp_path / held_back.name).rename(held_back)
+    rest = run_job_of(sink, path)
+    assert rest.returncode == 0, rest.stdout[-2000:] + rest.stderr[-3000:]
+    assert committed_batches(checkpoint)[-1] > last
     assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
 
 

@@ -65,7 +65,7 @@ def cmd_show_output(args: argparse.Namespace) -> int:
         )
         return EXIT_BAD_INPUT
     checkpoint = local_checkpoint(settings.query.checkpoint_location)
-    lost = [] if checkpoint is None else lost_output(settings, with_output(settings, read_checkpoint(checkpoint)))[0]
+    lost = [] if checkpoint is None else lost_output(settings, with_output(settings, read_checkpoint(checkpoint)))
     if lost:
         print(f"show-output error: {lost[0]}", file=sys.stderr)
         return EXIT_CHECKPOINT_DRIFT

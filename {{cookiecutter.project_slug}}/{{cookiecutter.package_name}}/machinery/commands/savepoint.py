@@ -10,6 +10,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..core.checkpoint.files import LANDING_FLAGS
 from ..core.checkpoint.run_lock import holding
 from ..core.contract import PACKAGE
 from ..core.settings import ENV_PREFIX, load_settings
@@ -53,8 +54,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     put.add_argument("savepoint", type=Path, help="the folder savepoint create wrote")
     put.add_argument("--checkpoint", type=Path, required=True, help="the new checkpoint folder (new or empty)")
     put.add_argument("--output", type=Path, help="the new output folder (new or empty), for a savepoint with output")
-    put.add_argument("--landing", type=Path, help="where source's input files are now, if they were moved")
-    put.add_argument("--join-landing", type=Path, help="where join_source's input files are now, if they were moved")
+    for section, flag in LANDING_FLAGS.items():
+        put.add_argument(
+            flag, dest=section, type=Path, metavar="FOLDER", help=f"where {section}'s input files are now, if moved"
+        )
     put.set_defaults(handler=cmd_restore)
 
     check = actions.add_parser(
@@ -106,11 +109,8 @@ def cmd_create(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     savepoint = _absolute(args.savepoint)
     manifest = read_manifest(savepoint)
-    landing = {
-        section: _absolute(folder)
-        for section, folder in (("source", args.landing), ("join_source", args.join_landing))
-        if folder is not None
-    }
+    given = {section: getattr(args, section) for section in LANDING_FLAGS}
+    landing = {section: _absolute(folder) for section, folder in given.items() if folder is not None}
     targets = Targets(_absolute(args.checkpoint), _absolute(args.output) if args.output else None, landing)
     plan_restore(savepoint, manifest, targets)
     check_files(savepoint, manifest)  # a damaged savepoint is not restored

@@ -11,10 +11,12 @@ checkpoint byte for byte as it was.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.checkpoint.files import (
+    LANDING_FLAGS,
     START_OVER,
     CheckpointRead,
     CheckpointUnreadable,
@@ -25,7 +27,7 @@ from ..core.checkpoint.files import (
 from ..core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, STATE_STORE, provider_name
 from ..core.contract import PACKAGE
 from ..core.settings import Settings
-from .output_check import check_sink_log, lost_output, output_ahead, with_output
+from .output_check import check_sink_log, lost_output, output_ahead, output_elsewhere, with_output
 from .session import spark_confs
 from .state_checks import snapshot_findings
 
@@ -90,10 +92,8 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     report.drifts += conf_drifts(settings, pinned)
     report.drifts += [] if held.stateless else format_version_drifts(settings, held)
     report.drifts += source_drifts(settings, held.last_batch, held.offsets)
-    report.drifts += moved_landing_drifts(settings, held.files_read)
-    lost, note = lost_output(settings, held)
-    report.refusals += lost
-    report.notes += note
+    report.refusals += moved_paths(settings, held)
+    report.refusals += lost_output(settings, held)
     if not any(drift.setting == "state_store.provider" for drift in report.drifts):
         report.notes += changelog_notes(settings, checkpoint)
         if settings.state_store.provider == "rocksdb" and held.last_committed is not None:
@@ -171,34 +171,66 @@ def source_drifts(settings: Settings, batch: int, offsets: list[str]) -> list[Dr
     ]
 
 
-def moved_landing_drifts(settings: Settings, files_read: list[list[Path]]) -> list[Drift]:
-    """A files source whose landing folder moved under the checkpoint (a project folder moved or copied
-    elsewhere): Spark's file source knows the files it read by their full path, and would read every
-    file that moved along again."""
+def moved_paths(settings: Settings, held: CheckpointRead) -> list[str]:
+    """A job's folders copied or moved elsewhere (`cp -r` of a project, checkpoint and all): the
+    checkpoint and the sink's log still name files by the folders they were written in. One line naming
+    each such folder, and the way that moves every path along: a savepoint. (The settings pointed back
+    at the old folders would tie this job to the other: its output's log would go on listing that job's
+    files, lost with them.)"""
+    moved = [*moved_landings(settings, held), *output_elsewhere(settings, held.sink_log)]
+    if not moved:
+        return []
+    found = "; ".join(why for why, _ in moved)
+    return [f"{found}. {savepoint_way(settings, held.checkpoint, moved[0][1])}; or {START_OVER}"]
+
+
+def moved_landings(settings: Settings, held: CheckpointRead) -> list[tuple[str, Path]]:
+    """A files source whose landing folder moved under the checkpoint: Spark's file source knows the
+    files it read by their full path, and would read every file that moved along again. (why, the
+    folder read before) for each."""
     landings = {
         section: Path(source.files.path).resolve()
         for section, source in settings.inputs.items()
         if source.type == "files" and local_checkpoint(source.files.path) is not None
     }
-    sources = [files for files in files_read if files]
+    sources = [files for files in held.files_read if files]
     folders_read = [{path.parent.resolve() for path in files} for files in sources]
-    drifts = []
+    moved = []
     for files, folders in zip(sources, folders_read, strict=True):
         if folders & set(landings.values()):
             continue  # read from where the settings point
         for section, landing in landings.items():
             read_by_another = any(landing in other for other in folders_read)
             if not read_by_another and any((landing / path.name).is_file() for path in files):
-                drifts.append(
-                    Drift(
-                        f"{section}.files.path",
-                        str(landing),
-                        ", ".join(str(folder) for folder in sorted(folders)),
-                        "Spark's file source knows the files it read by their full path, and would read every"
-                        " file that moved with the checkpoint again, writing each result twice.",
+                before = sorted(folders)
+                moved.append(
+                    (
+                        f"{section}.files.path is {landing} in settings, but the checkpoint {held.checkpoint} holds"
+                        f" {', '.join(map(str, before))}: Spark's file source knows the files it read by their full"
+                        " path, and would read every file that moved with the checkpoint again, writing each result"
+                        " twice",
+                        before[0],
                     )
                 )
-    return drifts
+    return moved
+
+
+def savepoint_way(settings: Settings, checkpoint: Path, written_for: Path) -> str:
+    """How a job copied or moved from the project of `written_for` takes its paths along: a savepoint of
+    the job there, restored here, which moves every path Spark wrote (restore fills new folders only)."""
+    output = local_checkpoint(settings.sink.path) if settings.sink.writes_files else None
+    places = [shlex.quote(str(folder)) for folder in (checkpoint, output) if folder is not None]
+    landings = "".join(
+        f" {LANDING_FLAGS[section]} {shlex.quote(source.files.path)}"
+        for section, source in settings.inputs.items()
+        if source.type == "files"
+    )
+    return (
+        "Move the job with its paths by a savepoint: in the project it was copied or moved from (the one holding"
+        f" {written_for}), python -m {PACKAGE} savepoint create SAVEPOINT; here, move the copied"
+        f" {' and '.join(places)} aside, then python -m {PACKAGE} savepoint restore SAVEPOINT --checkpoint"
+        f" {places[0]}{f' --output {places[1]}' if output else ''}{landings}"
+    )
 
 
 def _topic_drifts(settings: Settings, held: list[tuple[str, frozenset[str]]]) -> list[Drift]:

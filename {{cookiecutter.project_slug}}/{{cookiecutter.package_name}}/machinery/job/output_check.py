@@ -32,7 +32,7 @@ from ..core.checkpoint.files import (
     local_checkpoint,
     query_id,
 )
-from ..core.checkpoint.sink_log import LOG_DIR, LOG_VERSION, SinkLog, read_sink_log
+from ..core.checkpoint.sink_log import DELTA_LOG, LOG_DIR, LOG_VERSION, SinkLog, read_sink_log
 from ..core.settings import Settings
 from .endpoints.sinks import committed_version, stream_writers
 
@@ -51,29 +51,44 @@ def with_output(settings: Settings, held: CheckpointRead) -> CheckpointRead:
     return replace(held, sink_log=log, output_columns=output_columns(log))
 
 
-def lost_output(settings: Settings, held: CheckpointRead) -> tuple[list[str], list[str]]:
-    """(refusals, notes): committed output that is gone, one line each; a note where it cannot be told."""
+def lost_output(settings: Settings, held: CheckpointRead) -> list[str]:
+    """Committed output that is gone: one line, with the ways on; [] when it is all there."""
     last = held.last_committed
     output = local_checkpoint(settings.sink.path) if settings.sink.writes_files else None
     if last is None or output is None:
-        return [], []
+        return []
     if settings.sink.type == "parquet":
         problem = _file_sink_problem(held.sink_log, last)
     else:
-        problem = _delta_problem(output)
-        if problem is None and not (output / "_delta_log").is_dir():
-            return [], [
-                f"sink.path {output} holds no Delta table, though the checkpoint has committed batches up to {last}:"
-                " if no batch had a row yet, nothing is missing; if the table was deleted, the rows of those batches"
-                " are gone for good (a restart does not write them again)"
-            ]
+        problem = _delta_problem(output, query_id(held.checkpoint), last)
     if problem is None:
-        return [], []
+        return []
     return [
         f"sink.path {output} has lost committed output: {problem}, while the checkpoint {held.checkpoint} has"
         f" committed batches up to {last}, which a restart never writes again. Put the output back as it was (a"
         f" backup, or where it was moved); or write everything again: {START_OVER}"
-    ], []
+    ]
+
+
+def output_elsewhere(settings: Settings, log: SinkLog | None) -> list[tuple[str, Path]]:
+    """A parquet output whose log lists committed files outside sink.path (an output copied with its
+    log, whose entries name the files by their full path): Spark reads the output through those paths,
+    so the rows there are lost with that folder. (why, the first such folder), or []."""
+    if log is None:
+        return []
+    output = log.folder.parent.resolve()
+    folders = {path.parent.resolve() for path in log.live_files}  # a folder or a few: resolved once each
+    elsewhere = sorted(folder for folder in folders if folder != output and output not in folder.parents)
+    if not elsewhere:
+        return []
+    return [
+        (
+            f"sink.path is {settings.sink.path} in settings, but its log {log.folder} lists committed files in"
+            f" {', '.join(map(str, elsewhere))}: Spark reads the output through those paths, and it would be lost"
+            " with that folder",
+            elsewhere[0],
+        )
+    ]
 
 
 def check_sink_log(log: SinkLog | None) -> None:
@@ -102,7 +117,7 @@ def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
         return _delta_written_by_others(output, held)
     if settings.sink.type == "parquet":
         newest, log = (-1 if held.sink_log is None else held.sink_log.newest), f"its log {output / LOG_DIR}"
-    elif (output / "_delta_log").is_dir() and (held.checkpoint / "metadata").is_file():
+    elif (output / DELTA_LOG).is_dir() and (held.checkpoint / "metadata").is_file():
         query = query_id(held.checkpoint)
         newest, log = committed_version(str(output), query), f"its Delta log's transactions of query {query}"
     else:
@@ -177,9 +192,17 @@ def _file_sink_problem(log: SinkLog | None, last_committed: int) -> str | None:
     return _missing([path for path in log.live_files if not path.exists()])
 
 
-def _delta_problem(output: Path) -> str | None:
-    if not (output / "_delta_log").is_dir():
-        return None
+def _delta_problem(output: Path, query: str, last_committed: int) -> str | None:
+    """Both Delta writers record every batch of a query in the table's log, an empty one too (its id
+    and the query's: job/endpoints/sinks.py), so a table missing a batch the checkpoint committed lost
+    it. One batch more than the checkpoint is a crash between the table's commit and Spark's: fine."""
+    if not (output / DELTA_LOG).is_dir():
+        return f"it holds no Delta table (no {DELTA_LOG})"
+    recorded = committed_version(str(output), query)
+    if recorded < last_committed:
+        held = "none of the batches" if recorded < 0 else "the batches"
+        up_to = "" if recorded < 0 else f" up to {recorded}"
+        return f"its Delta table holds {held} of query {query}{up_to} (its log's transactions)"
     from deltalake import DeltaTable
 
     paths = [Path(unquote(urlparse(uri).path)) for uri in DeltaTable(str(output)).file_uris()]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.checkpoint import path_records
 from ..core.checkpoint.copying import made_whole
 from ..core.checkpoint.files import (
+    LANDING_FLAGS,
     held_format_version,
     interrupted,
     latest_offsets,
@@ -33,7 +34,7 @@ from ..core.checkpoint.files import (
     read_checkpoint,
 )
 from ..core.checkpoint.run_lock import LOCK_FILE, holder
-from ..core.checkpoint.sink_log import LOG_DIR
+from ..core.checkpoint.sink_log import DELTA_LOG, LOG_DIR
 from ..core.confs import INTEGRITY_CONFS
 from ..core.contract import PACKAGE
 from ..core.settings import Settings
@@ -46,7 +47,6 @@ if TYPE_CHECKING:  # Spark is imported only when the checks pass
 MANIFEST = "manifest.json"
 CHECKPOINT, OUTPUT = "checkpoint", "output"  # the savepoint's folders, and the manifest's names for them
 FORMAT = 1
-LANDING_FLAGS = {"source": "--landing", "join_source": "--join-landing"}  # restore's flag per settings section
 TAKE_A_NEW_ONE = "take a new savepoint from the stopped job, or use another copy of this one"
 
 
@@ -101,7 +101,7 @@ def plan_create(settings: Settings, target: Path) -> Origin:
             f" --max-batches 1 runs that batch and stops), or, on RocksDB, python -m {PACKAGE} repartition"
             " --finish-last-batch; then take the savepoint"
         )
-    lost, _ = lost_output(settings, with_output(settings, held))
+    lost = lost_output(settings, with_output(settings, held))
     if lost:
         raise SavepointRefused(lost[0])
     output = None
@@ -113,7 +113,6 @@ def plan_create(settings: Settings, target: Path) -> Origin:
                 " with the checkpoint; take it where the output is mounted locally"
             )
         output = output.expanduser().absolute()
-        output = output if output.exists() else None  # a Delta table no batch wrote a row to yet
     refuse_filled(target, "the savepoint")
     for folder in (checkpoint, output):
         if folder is not None and (target.is_relative_to(folder) or folder.is_relative_to(target)):
@@ -354,7 +353,7 @@ def _job_folder(folder: Path) -> str | None:
     """What a folder is to a job: a checkpoint (its offsets log), an output (a sink's log), or None."""
     if (folder / "offsets").is_dir() and ((folder / "commits").is_dir() or (folder / "metadata").is_file()):
         return "a checkpoint"
-    if (folder / LOG_DIR).is_dir() or (folder / "_delta_log").is_dir():
+    if (folder / LOG_DIR).is_dir() or (folder / DELTA_LOG).is_dir():
         return "a sink's output"
     return None
 

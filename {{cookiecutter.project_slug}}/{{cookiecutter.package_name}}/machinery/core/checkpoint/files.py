@@ -191,6 +191,8 @@ START_OVER = (
     " from the start"
 )
 RESTORE_OR_RESTART = f"restore the checkpoint from a copy, or {START_OVER}"
+# `savepoint restore`'s flag per settings section: where that input's landing folder is now.
+LANDING_FLAGS = {"source": "--landing", "join_source": "--join-landing"}
 
 
 def check_log_files(checkpoint: Path) -> None:

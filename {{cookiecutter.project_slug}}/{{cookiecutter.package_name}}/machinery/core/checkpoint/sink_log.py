@@ -22,6 +22,7 @@ from .copying import write_atomically
 from .path_records import json_line
 
 LOG_DIR = "_spark_metadata"
+DELTA_LOG = "_delta_log"  # a Delta table's log, which both Delta writers keep (job/endpoints/sinks.py)
 LOG_VERSION = "v1"
 COMPACT_INTERVAL_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
 DEFAULT_COMPACT_INTERVAL = 10

@@ -31,6 +31,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ..checkpoint.files import local_checkpoint
+from ..checkpoint.sink_log import DELTA_LOG, LOG_DIR
 from ..confs import MANAGED_CONFS, MANAGED_PREFIXES
 from ..contract import QUERY_MODULE, user_query
 from ..durations import AVAILABLE_NOW, parse_duration
@@ -813,7 +814,7 @@ def _write_problems(setting: str, location: str) -> list[str]:
         return []
     # The job also writes inside: a checkpoint's logs and state folders, a sink's log. A folder there
     # made read-only (or owned by another user) fails the batch, which reads like damage.
-    inside = [folder] if setting == "query.checkpoint_location" else [folder / "_spark_metadata", folder / "_delta_log"]
+    inside = [folder] if setting == "query.checkpoint_location" else [folder / LOG_DIR, folder / DELTA_LOG]
     for top in (path for path in inside if path.is_dir()):
         for sub, _, _ in os.walk(top):
             if not os.access(sub, os.W_OK | os.X_OK):

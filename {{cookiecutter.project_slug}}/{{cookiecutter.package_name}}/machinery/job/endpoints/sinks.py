@@ -4,7 +4,9 @@ The `deltalake` writer commits each micro-batch to a Delta table by delta-rs, ex
 foreachBatch is at-least-once: after a crash between the table commit and Spark's own commit of the
 batch, Spark runs the same batch id again. Every commit here carries a Delta application transaction
 (app id = the query id, version = the batch id), the mechanism the JVM Delta sink uses too, and a
-batch whose id the table has already recorded is skipped.
+batch whose id the table has already recorded is skipped. A batch without rows is committed too (its
+transaction alone, no data file), as the JVM sink commits it: the table then records every batch the
+checkpoint commits, which is how a start tells a table that lost batches (job/output_check.py).
 
 Limit: each batch is collected to the driver as Arrow and written from there, so batches must fit
 in driver memory and the write does not scale out. The delta-spark writer has neither limit.
@@ -23,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from ...core.checkpoint.path_records import json_line
+from ...core.checkpoint.sink_log import DELTA_LOG
 from ...core.durations import AVAILABLE_NOW
 from ...core.settings import KafkaSinkSettings, QuerySettings, SettingsError, SinkSettings
 from .kafka import connection_options
@@ -112,12 +115,9 @@ class DeltaLakeBatchWriter:
                 f"batch {batch_id}: already in the Delta table {self.path} (a replay after a restart); not written again"
             )
             return
-        data = batch.toArrow()
-        if data.num_rows == 0:
-            return
         write_deltalake(
             self.path,
-            data,
+            batch.toArrow(),
             mode="append",
             commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=batch_id)]),
         )
@@ -141,7 +141,7 @@ def stream_writers(path: Path) -> dict[str, int]:
     writer record each batch as one, its app id the query id): query id -> the last batch id. Read from
     the table's log, its newest checkpoint and the commits after it; {} without a table. A log file
     that does not read is passed over here: the Delta writer names it."""
-    log = path / "_delta_log"
+    log = path / DELTA_LOG
     checkpoints = sorted(log.glob("*.checkpoint*.parquet")) if log.is_dir() else []
     newest = int(checkpoints[-1].name.split(".")[0]) if checkpoints else -1
     transactions = [

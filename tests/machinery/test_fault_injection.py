@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.checkpoint.files import source_offsets
+from stream_job.machinery.core.checkpoint.run_lock import holder
 from stream_job.machinery.job.endpoints.output import read_output
 from stream_job.machinery.job.stopping import StopSignals
 
@@ -148,4 +149,60 @@ def test_graceful_stop_exits_0_and_the_next_start_continues(spark, make_settings
     # next one, two files in one batch (a step of 2), and the same input in one batch fewer. The steps
     # say which happened; nothing else may.
     assert steps in ([1, 1, 1, 1, 1, 0], *([1] * i + [2] + [1] * (3 - i) + [0] for i in range(4))), steps
+    assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
+
+
+def driver_jvm(parent: int) -> int:
+    """The pid of the driver JVM a job process started (spark-submit's scripts exec java in its place;
+    the job may run other short JVMs beside it, such as `java -version`)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                status = (proc / "status").read_text()
+                command = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"\nPPid:\t{parent}\n" in status and b"org.apache.spark.deploy.SparkSubmit" in command:
+                return int(proc.name)
+        time.sleep(0.1)
+    pytest.fail(f"process {parent} started no driver JVM in 60 s")
+
+
+def test_a_jvm_outliving_its_killed_python_holds_the_checkpoint_until_it_exits(
+    spark, make_settings, write_settings, tmp_path
+):
+    """`kill -9` of the job's Python alone: its JVM runs on for seconds, until it sees its Python gone,
+    while the run lock had gone with the Python, so a quick restart ran beside it. The JVM shares the lock
+    now: named as its holder, and a restart waits for it to exit (here it is held stopped until the
+    restart has said so), then runs to the exact output."""
+    changes = files_job(tmp_path, "parquet", ANY_PROVIDER, files=3)
+    path = write_settings(changes)
+    settings = make_settings(changes)
+    checkpoint = Path(settings.query.checkpoint_location)
+    with open(tmp_path / "killed.log", "w") as log:
+        process = start_job(path, log)
+        jvm = driver_jvm(process.pid)
+        while not committed_batches(checkpoint):
+            assert process.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
+            time.sleep(0.05)
+        os.kill(jvm, signal.SIGSTOP)  # it cannot exit before the restart has met it
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    restart_log = tmp_path / "restart.log"
+    try:
+        assert (
+            holder(checkpoint) == f"process {jvm} (the Spark JVM of a job whose Python ended; it exits within seconds)"
+        )
+        with open(restart_log, "w") as log:
+            restart = start_job(path, log)
+            waiting = f"checkpoint: waiting for process {jvm}, the Spark JVM of a job whose Python ended, to exit"
+            deadline = time.monotonic() + 60
+            while waiting not in restart_log.read_text():
+                assert time.monotonic() < deadline and restart.poll() is None, restart_log.read_text()[-3000:]
+                time.sleep(0.05)
+    finally:
+        os.kill(jvm, signal.SIGCONT)
+    assert restart.wait(timeout=300) == 0, restart_log.read_text()[-3000:]
+    assert not Path(f"/proc/{jvm}").exists()
     assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))

@@ -29,6 +29,8 @@ from pyspark import SparkConf, SparkContext
 from pyspark.errors import PySparkRuntimeError
 from pyspark.java_gateway import launch_gateway
 
+from ..core.checkpoint.run_lock import held_lock_fds
+
 WORKER_LOG = "python-workers.log"
 START_LOG = "jvm-start.log"  # a failed start's whole output, the last one's
 # pyspark/sql/streaming/transform_with_state_driver_worker.py's print()s; each ends in an empty line.
@@ -89,7 +91,9 @@ def launch_driver_jvm(confs: Mapping[str, str], logs: Path) -> None:
     reader = threading.Thread(target=relay.run, args=(os.fdopen(read_end, "rb"),), name="jvm-stderr", daemon=True)
     reader.start()
     try:
-        gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(confs.items())), {"stderr": write_end})
+        # The JVM shares the checkpoint locks this process holds (run_lock.py): they last until it exits too.
+        popen = {"stderr": write_end, "pass_fds": held_lock_fds()}
+        gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(confs.items())), popen)
     except BaseException as error:
         os.close(write_end)
         reader.join(timeout=30)  # the JVM's last words, before the error

@@ -5,12 +5,19 @@ repartition under a running job): both write the next batch and the checkpoint i
 holder takes an exclusive lock on the empty file `<checkpoint>/.running` for as long as it works
 and removes the file when done; the kernel drops the lock when the process ends, even by SIGKILL,
 so a crash leaves at most an empty file that locks nothing, and nothing is ever written into it. Only a checkpoint on the local file system can be locked.
+
+The driver JVM a holder starts shares the lock (it inherits the locked file, held_lock_fds): Python
+killed alone (`kill -9` of its pid), the JVM runs on for a few seconds, still writing, until it sees
+its Python gone. The lock lasts until it exits too. A start meeting such a lock, whose locker is gone
+but held by its JVM, waits for that JVM to exit (at most ORPHAN_WAIT_SECONDS) instead of writing beside it.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +26,9 @@ from typing import IO
 from .files import local_checkpoint
 
 LOCK_FILE = ".running"
+# A JVM whose Python ended exits once it sees its stdin closed and has run its shutdown hooks: seconds.
+ORPHAN_WAIT_SECONDS = 60.0
+_HELD: dict[Path, int] = {}  # checkpoint -> the locked file's descriptor, while this process holds it
 
 
 class CheckpointBusy(Exception):
@@ -37,9 +47,11 @@ def holding(location: str, purpose: str) -> Iterator[None]:
     try:
         lock, made_the_file = _acquire(checkpoint, purpose)
         with lock:
+            _HELD[checkpoint] = lock.fileno()
             try:
                 yield
             finally:
+                del _HELD[checkpoint]
                 if made_the_file:  # removed while still held: a refused start leaves the checkpoint as it was
                     (checkpoint / LOCK_FILE).unlink(missing_ok=True)
     finally:
@@ -53,9 +65,7 @@ def _acquire(checkpoint: Path, purpose: str) -> tuple[IO[str], bool]:
     for _ in range(5):
         made_the_file = not path.exists()
         lock = open(path, "a")  # noqa: SIM115 (held open for the block: the lock lives with the file)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _locked(lock, checkpoint):
             lock.close()
             raise CheckpointBusy(
                 f"{checkpoint} is in use by {_process(checkpoint)} (a job or a repartition of this"
@@ -70,6 +80,35 @@ def _acquire(checkpoint: Path, purpose: str) -> tuple[IO[str], bool]:
             return lock, made_the_file
         lock.close()  # its last holder removed the file we locked meanwhile: lock the one in place now
     raise CheckpointBusy(f"{checkpoint}: its lock file {LOCK_FILE} keeps being replaced; is a start looping on it?")
+
+
+def _locked(lock: IO[str], checkpoint: Path) -> bool:
+    """Lock it now; or, held by a JVM whose Python is gone, once that JVM has exited."""
+    deadline = None
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if deadline is None:
+                orphan = _orphaned_holder(checkpoint)
+                if orphan is None:
+                    return False
+                print(
+                    f"checkpoint: waiting for process {orphan}, the Spark JVM of a job whose Python ended, to exit"
+                    f" (it still holds {checkpoint}; at most {ORPHAN_WAIT_SECONDS:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                deadline = time.monotonic() + ORPHAN_WAIT_SECONDS
+            elif time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+
+
+def held_lock_fds() -> tuple[int, ...]:
+    """The descriptors of the locks this process holds: a JVM it starts inherits them (pass_fds)."""
+    return tuple(_HELD.values())
 
 
 def _remove_if_empty(checkpoint: Path, created: Path) -> None:
@@ -101,14 +140,53 @@ def holder(checkpoint: Path) -> str | None:
 
 
 def _process(checkpoint: Path) -> str:
-    """The holder's pid from the kernel's lock table (Linux), to name it."""
-    inode = os.stat(checkpoint / LOCK_FILE).st_ino
+    """The holder's pid from the kernel's lock table (Linux), to name it; an orphaned JVM by its own."""
+    orphan = _orphaned_holder(checkpoint)
+    if orphan is not None:
+        return f"process {orphan} (the Spark JVM of a job whose Python ended; it exits within seconds)"
+    locker = _locker(checkpoint)
+    return "another process" if locker is None else f"process {locker}"
+
+
+def _locker(checkpoint: Path) -> int | None:
+    """The pid that took the lock, from the kernel's lock table (Linux): 0 once that process is gone."""
     try:
+        inode = os.stat(checkpoint / LOCK_FILE).st_ino
         with open("/proc/locks") as table:
             for line in table:
                 fields = line.split()
                 if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].endswith(f":{inode}"):
-                    return f"process {fields[4]}"
-    except OSError:
+                    return int(fields[4])
+    except (OSError, ValueError):
         pass
-    return "another process"
+    return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process runs (a zombie, killed and not yet reaped, does not: a container's init may
+    never reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _orphaned_holder(checkpoint: Path) -> int | None:
+    """A process holding the lock though the one that took it is gone (a JVM that inherited it), by pid:
+    of the processes that hold the locked file open (a JVM's own children may too), the eldest."""
+    locker = _locker(checkpoint)
+    if locker is None or _alive(locker):
+        return None
+    path, holders = str(checkpoint / LOCK_FILE), {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                if any(os.readlink(fd) == path for fd in (proc / "fd").iterdir()):
+                    holders[int(proc.name)] = _parent(proc)
+            except OSError:  # another user's process, or one that just ended
+                continue
+    return next((pid for pid, parent in holders.items() if parent not in holders), None)
+
+
+def _parent(proc: Path) -> int:
+    return int((proc / "stat").read_text().rsplit(") ", 1)[1].split()[1])

@@ -203,6 +203,23 @@ def _refuse_a_second_watermark(root: _Node) -> None:
             )
 
 
+# Spark's switch for its checks of a streaming query against the output mode (on by default).
+UNSUPPORTED_OPERATION_CHECK = "spark.sql.streaming.unsupportedOperationCheck"
+
+
+def refuse_what_spark_refuses(result: DataFrame, settings: Settings) -> None:
+    """Spark's own checks of the query against sink.output_mode (UnsupportedOperationChecker), which a
+    start makes before anything runs: made first by the start and by `check` alike, so that both refuse
+    a query Spark refuses, in Spark's words (an AnalysisException), and `check` passes no query the start
+    would refuse. Skipped where the settings turn Spark's checks off, as the start skips them."""
+    if str(settings.spark.conf.get(UNSUPPORTED_OPERATION_CHECK, "true")).lower() == "false":
+        return
+    jvm: Any = result.sparkSession._jvm  # set while the session runs
+    mode = getattr(jvm.org.apache.spark.sql.streaming.OutputMode, settings.sink.output_mode.capitalize())()
+    checker = jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker
+    checker.checkForStreaming(result._jdf.queryExecution().analyzed(), mode)
+
+
 def _watermarked(node: _Node) -> bool:
     return any(n.kind == "EventTimeWatermark" for n in node.walk())
 

@@ -231,33 +231,6 @@ OPERATOR_BAD_VALUES = [
         " checkpoint)",
     ),
     (
-        "windowed_aggregation",
-        {"join_source": {"type": "rate"}},
-        "settings: join_source is set but the query runs windowed_aggregation, which reads one input; set"
-        " join_source to null",
-    ),
-    (
-        "stream_stream_join",
-        {"join_source": None},
-        "settings: the query runs stream_stream_join but join_source is null; add a join_source section",
-    ),
-    (
-        "custom_state",
-        {"state_store": {"provider": "hdfs", "changelog_checkpointing": False}},
-        "settings: the query runs custom_state but state_store.provider is hdfs: Spark runs transformWithState"
-        " only on RocksDB; set state_store.provider to rocksdb",
-    ),
-    (
-        "stream_stream_join",
-        {
-            "join_source": {"type": "rate"},
-            "sink": {"type": "console", "output_mode": "update"},
-            "query": {"join": {"type": "left_outer"}},
-        },
-        "settings: the query runs stream_stream_join but sink.output_mode is update: stream_stream_join emits"
-        " each row once, final, and Spark runs it in append mode only; set sink.output_mode to append",
-    ),
-    (
         "stream_stream_join",
         {
             "source": {"type": "files", "files": {"path": "landing/same"}},
@@ -274,6 +247,22 @@ OPERATOR_BAD_VALUES = [
         "stream_stream_join",
         {"source": {"type": "rate"}, "join_source": {"type": "files", "files": {"path": "no-such-payments"}}},
         "/no-such-payments': no such directory; create it (files landing there are read in order of arrival)",
+    ),
+]
+# What the operators of the query's plan need: read from the plan (not the starter's OPERATOR label,
+# which the user's query may have left behind), so refused once Spark has read it, before a batch.
+PLAN_BAD_VALUES = [
+    (
+        "custom_state",
+        {"state_store": {"provider": "hdfs", "changelog_checkpointing": False}},
+        "the query runs custom_state but state_store.provider is hdfs: Spark runs transformWithState only on"
+        " RocksDB; set state_store.provider to rocksdb (with a new checkpoint if one exists)",
+    ),
+    (
+        "stream_stream_join",
+        {"sink": {"type": "console", "output_mode": "update"}, "query": {"join": {"type": "left_outer"}}},
+        "the query runs stream_stream_join but sink.output_mode is update: stream_stream_join emits each row"
+        " once, final, and Spark runs it in append mode only; set sink.output_mode to append",
     ),
 ]
 # Environment overrides: malformed values, and names that match no setting.
@@ -357,14 +346,28 @@ def test_bad_settings_file_exits_2_naming_the_field_before_spark(write_settings,
     assert_refused_before_spark(run_main_without_java(path, tmp_path), expected, checkpoint)
 
 
-@pytest.mark.operator
-@pytest.mark.parametrize(("operator", "changes", "expected"), OPERATOR_BAD_VALUES)
-def test_operator_rules_exit_2_before_spark(write_settings, tmp_path, operator, changes, expected):
+def operator_settings(write_settings, tmp_path: Path, operator: str, changes: dict) -> tuple[Path, Path]:
+    """The settings with changes and a checkpoint in tmp_path, in the bake of `operator` (else skipped)."""
     if operator != BAKED_OPERATOR:
         pytest.skip(f"the {operator} bake runs it")
     checkpoint = tmp_path / "checkpoint"
-    path = write_settings(deep_merge({"query": {"checkpoint_location": str(checkpoint)}}, changes))
+    return write_settings(deep_merge({"query": {"checkpoint_location": str(checkpoint)}}, changes)), checkpoint
+
+
+@pytest.mark.operator
+@pytest.mark.parametrize(("operator", "changes", "expected"), OPERATOR_BAD_VALUES)
+def test_operator_rules_exit_2_before_spark(write_settings, tmp_path, operator, changes, expected):
+    path, checkpoint = operator_settings(write_settings, tmp_path, operator, changes)
     assert_refused_before_spark(run_main_without_java(path, tmp_path), expected, checkpoint)
+
+
+@pytest.mark.operator
+@pytest.mark.parametrize(("operator", "changes", "expected"), PLAN_BAD_VALUES)
+def test_what_the_plans_operators_need_is_refused_before_a_batch(write_settings, tmp_path, operator, changes, expected):
+    path, checkpoint = operator_settings(write_settings, tmp_path, operator, changes)
+    run = run_main("--settings", str(path))
+    assert (run.returncode, run.stderr) == (2, f"settings error: {expected}\n")
+    assert not checkpoint.exists()
 
 
 # What Spark also runs in update mode loads with it (checked on Spark 4.2.1): a deduplication, and an

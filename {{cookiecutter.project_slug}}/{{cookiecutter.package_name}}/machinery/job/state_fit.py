@@ -34,7 +34,7 @@ from ..core.operators import BY_SPARK_NAME
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
 from ..core.settings import Settings, SettingsError
 from .output_check import columns
-from .query_plan import read_plan, refuse_what_spark_refuses
+from .query_plan import fit_problems, read_plan, refuse_what_spark_refuses
 from .schema_evolution import StateSchemaRefused, state_schema_drift
 
 RECORD_NAME = "state_key.json"
@@ -196,7 +196,7 @@ def _window_change(changed: list[tuple[PlanOperator, str | None]], record: str) 
 def check_fit(
     result: DataFrame, plan: Sequence[PlanOperator], settings: Settings, held: CheckpointRead | None, record_key: bool
 ) -> tuple[str | None, list[str]]:
-    """Raise, for the first misfit: OperatorsChanged, SettingsError (the plan against the settings),
+    """Raise, for the first misfit: OperatorsChanged, SettingsError (the query against the settings),
     Spark's AnalysisException (the query against the output mode), StateKeyChanged, StateWindowChanged,
     StateSchemaRefused or OutputColumnsChanged. Return the note of a state key recorded again (with
     record_key: a start) and the state schema changes Spark accepts."""
@@ -205,7 +205,7 @@ def check_fit(
     drift = operators_drift(plan, held, location)
     if drift:
         raise OperatorsChanged(drift)
-    problems = settings.plan_problems(plan)
+    problems = fit_problems(result.sparkSession, settings, plan)
     if problems:
         raise SettingsError(problems)
     refuse_what_spark_refuses(result, settings)

@@ -34,7 +34,7 @@ from ..checkpoint.files import local_checkpoint
 from ..confs import MANAGED_CONFS, MANAGED_PREFIXES
 from ..contract import QUERY_MODULE, user_query
 from ..durations import AVAILABLE_NOW, parse_duration
-from ..operators import NAMES, OPERATORS, SPARK_JOIN_TYPES, UPDATE_JOIN_TYPES
+from ..operators import NAMES, OPERATORS, UPDATE_JOIN_TYPES
 from ..plan_operators import PlanOperator, chain, flow_order
 from ..sizing import capacity
 from ..sizing.capacity import JAVA_INT, MAXIMA, Estimate
@@ -641,12 +641,7 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _operator_fits_inputs_and_store(self) -> Settings:
-        starter = self.query.operator
-        join_types = [SPARK_JOIN_TYPES[self.query.join.type]] if starter == "stream_stream_join" else []
-        problems = [] if starter is None else self.operator_problems([starter], join_types)
-        if problems:
-            raise ValueError(problems[0])
+    def _inputs_apart(self) -> Settings:
         both = self.join_source
         if both and self.source.type == both.type == "files" and self.source.files.path == both.files.path:
             raise ValueError(
@@ -655,20 +650,28 @@ class Settings(BaseSettings):
             )
         return self
 
+    def join_source_misfit(self) -> str:
+        """The line for a join_source that does not fit what the query's code does (read from its plan,
+        not the starter's label): null where stateful_query reads join_events, set where it leaves them
+        unread. The job's query_plan finds which."""
+        if self.join_source is None:
+            return (
+                "join_source is null but the query reads a second input (stateful_query's join_events); add a"
+                " join_source section for it, with the same keys as source (type, and its files, kafka or rate"
+                " settings)"
+            )
+        return (
+            f"join_source is set (type {self.join_source.type}) but the query reads one input: stateful_query"
+            " leaves join_events unread; set join_source to null"
+        )
+
     def operator_problems(self, names: Sequence[str], join_types: Sequence[str | None] = ()) -> list[str]:
-        """What the stateful operators `names` need of the inputs, the store and the sink, one line each:
-        checked for the starter's OPERATOR when the settings load, and for the plan's before a run.
-        `join_types`: the stream-stream joins' types as Spark names them, where known."""
+        """What the stateful operators `names` of the query's plan need of the store and the sink, one line
+        each (job/query_plan.fit_problems holds join_source against the query). `join_types`: the stream-stream
+        joins' types as Spark names them, where known."""
         known = [name for name in names if name in OPERATORS]
         ran = f"the query runs {chain(names)}"
         problems = []
-        two_inputs = any(OPERATORS[name].two_inputs for name in known)
-        if two_inputs and self.join_source is None:
-            problems.append(
-                f"{ran} but join_source is null; add a join_source section for the second input (the same keys as source)"
-            )
-        if not two_inputs and self.join_source is not None:
-            problems.append(f"join_source is set but {ran}, which reads one input; set join_source to null")
         for name in known:
             op = OPERATORS[name]
             if op.rocksdb_only and self.state_store.provider != "rocksdb":

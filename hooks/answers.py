@@ -211,11 +211,12 @@ def number_problems(answers: dict[str, Any], maxima: dict[str, float]) -> list[s
 
 
 def duration_problems(answers: dict[str, Any], durations: ModuleType) -> list[str]:
-    """Every duration lands in settings.yaml, whichever operator uses it, so each must parse."""
+    """Every duration lands in settings.yaml, whichever operator uses it, so each must parse (the
+    watermark may be zero, as Spark and the settings take it)."""
     found = []
     for name in DURATIONS:
         try:
-            durations.parse_duration(answers[name])
+            durations.parse_duration(answers[name], zero=name == "watermark")
         except durations.DurationError as error:
             found.append(f"{name} {error}.")
     return found

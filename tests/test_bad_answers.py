@@ -24,7 +24,7 @@ BAD_ANSWERS = [
     ({"project_slug": "Bad Slug!"}, "project_slug 'Bad Slug!' is not a usable directory name"),
     ({"watermark": "soon"}, "watermark 'soon' is not an interval Spark can parse"),
     ({"watermark": ""}, "watermark is empty"),
-    ({"watermark": "0 seconds"}, "watermark '0 seconds' must be longer than zero"),
+    ({"window": "0 seconds"}, "window '0 seconds' must be longer than zero"),
     ({"watermark": "-5 minutes"}, "watermark '-5 minutes' is negative; a duration is a length of time"),
     ({"watermark": "10 mins"}, "watermark '10 mins' has the unit 'mins', which Spark does not read; write minutes."),
     ({"watermark": "1 month"}, "watermark '1 month' uses months; write it in days or weeks instead"),

@@ -10,19 +10,24 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.plan_operators import PlanOperator
 from stream_job.machinery.core.settings import ENV_PREFIX, SettingsError, load_settings
 
 from .conftest import (
+    ANY_PROVIDER,
     BAKED_OPERATOR,
     PROJECT_DIR,
     PROJECT_SETTINGS,
+    batch_expectation,
     clean_env,
     deep_merge,
     digest,
+    files_job,
     run_cli,
     run_main,
     run_python,
+    write_settings_file,
 )
 
 
@@ -433,6 +438,21 @@ def test_every_bad_field_gets_its_own_line(make_settings):
     assert lines[0].startswith("spark.shuffle_partitions = 0")
     assert lines[1].startswith("query.watermark = 'x'")
     assert all("expected" in line for line in lines)
+
+
+def test_a_zero_watermark_is_taken_run_and_sized(spark, tmp_path):
+    """Spark takes a zero watermark delay (an event older than the newest is late); the settings refused
+    it ("must be longer than zero"). It loads, the job runs on it, and the estimate sizes it."""
+    changes = deep_merge(files_job(tmp_path, "parquet", ANY_PROVIDER, files=2), {"query": {"watermark": "0 seconds"}})
+    path = write_settings_file(tmp_path / "settings.yaml", changes)
+    run = run_main("--settings", str(path))
+    assert run.returncode == 0, run.stderr[-3000:]
+    expected = batch_expectation(spark, load_settings(path))
+    assert expected.count() > 0
+    assertDataFrameEqual(spark.read.parquet(str(tmp_path / "output")), expected)
+    estimate = run_cli("estimate", "--settings", str(path))
+    assert estimate.returncode == 0, estimate.stderr[-3000:]
+    assert "headline       = watermark 0 seconds (0 s) x 10,000 rows/s = 0 rows" in estimate.stdout
 
 
 def test_bad_environment_value_names_the_variable(make_settings, monkeypatch):

@@ -240,7 +240,7 @@ def _watermark_delays(tree_string: str) -> list[str]:
 def _seconds(duration: str) -> float:
     from ..core.durations import parse_duration
 
-    return parse_duration(duration)
+    return parse_duration(duration, zero=True)  # a watermark delay, or a join's range: either may be zero
 
 
 def _keys(node: _Node) -> str:
@@ -349,10 +349,10 @@ def _interval(value: object) -> str | None:
     if text.lstrip("-").isdigit():
         return _microseconds(text)
     try:
-        _seconds(text)
+        gap = _seconds(text)
     except ValueError:
-        return None  # a gap the estimate cannot read: the operator is sized as unknown
-    return text
+        gap = 0.0
+    return text if gap > 0 else None  # else a gap the estimate cannot read: the operator is sized as unknown
 
 
 def _join_range(node: _Node) -> str | None:

@@ -95,6 +95,15 @@ def _duration(value: str) -> str:
 Duration = Annotated[str, AfterValidator(_duration)]
 
 
+def _delay(value: str) -> str:
+    parse_duration(value, zero=True)
+    return value
+
+
+# A watermark delay: a duration, or zero (Spark takes it: an event older than the newest is late).
+Delay = Annotated[str, AfterValidator(_delay)]
+
+
 def _conf_scalar(value: Any) -> Any:
     if value is None or isinstance(value, dict | list):
         raise ValueError("a Spark conf value is text, a number or true/false")
@@ -452,7 +461,7 @@ class QuerySettings(Section):
     # Not read from settings.yaml: the loader fills it in from the query module's OPERATOR, a starter's
     # label (None without one). The stateful operators that run come from the query's plan.
     operator: OperatorName | None = Field(None, description=", ".join(NAMES[:-1]) + " or " + NAMES[-1])
-    watermark: Duration = Field(description="a Spark interval such as '10 minutes'")
+    watermark: Delay = Field(description="a Spark interval such as '10 minutes', or '0 seconds'")
     # An event time more than this past the processing time is a bad record (the source's on_bad_record),
     # so that one wrong clock cannot move the watermark past every later event; null: no bound.
     max_event_time_ahead: Duration | None = Field("1 day", description="a Spark interval such as '1 day', or null")

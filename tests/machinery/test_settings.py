@@ -225,6 +225,11 @@ BAD_VALUES = [
         {"spark": {"conf": {"spark.sql.session.timeZone": None}}},
         "spark.conf.spark.sql.session.timeZone = None: a Spark conf value is text, a number or true/false",
     ),
+    # Taken as a folder named by a space, beside settings.yaml.
+    (
+        {"sink": {"path": " "}},
+        "sink.path = ' ': is blank, which names no folder (or one named by spaces); give a directory path or URI",
+    ),
 ]
 # Rules about the operator, which the code declares: each runs in the bake of its operator.
 OPERATOR_BAD_VALUES = [
@@ -453,6 +458,18 @@ def test_a_zero_watermark_is_taken_run_and_sized(spark, tmp_path):
     estimate = run_cli("estimate", "--settings", str(path))
     assert estimate.returncode == 0, estimate.stderr[-3000:]
     assert "headline       = watermark 0 seconds (0 s) x 10,000 rows/s = 0 rows" in estimate.stdout
+
+
+def test_every_folder_setting_refuses_a_blank_path(make_settings):
+    blank = {
+        "source": {"files": {"path": " ", "clean_source": "archive", "archive_dir": "\t"}},
+        "sink": {"path": "  "},
+        "query": {"checkpoint_location": ""},
+    }
+    lines = errors_for(make_settings, blank)
+    fields = ["source.files.path", "source.files.archive_dir", "sink.path", "query.checkpoint_location"]
+    assert [line.split(" = ")[0] for line in lines] == fields
+    assert all(": is blank, which names no folder" in line for line in lines)
 
 
 def test_bad_environment_value_names_the_variable(make_settings, monkeypatch):

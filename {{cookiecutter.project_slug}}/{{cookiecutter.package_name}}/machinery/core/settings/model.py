@@ -104,6 +104,17 @@ def _delay(value: str) -> str:
 Delay = Annotated[str, AfterValidator(_delay)]
 
 
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("is blank, which names no folder (or one named by spaces); give a directory path or URI")
+    return value
+
+
+# Every folder setting (the checkpoint, the output, each landing and archive directory): a local path,
+# relative to settings.yaml, or a URI.
+Folder = Annotated[str, AfterValidator(_not_blank)]
+
+
 def _conf_scalar(value: Any) -> Any:
     if value is None or isinstance(value, dict | list):
         raise ValueError("a Spark conf value is text, a number or true/false")
@@ -260,7 +271,7 @@ OnBadRecord = Literal["fail", "drop"]
 
 
 class FilesSourceSettings(Section):
-    path: str = Field(f"landing/{PACKAGE}", min_length=1, description="the landing directory")
+    path: Folder = Field(f"landing/{PACKAGE}", description="the landing directory")
     format: Literal["json", "csv", "parquet"] = Field("json", description="json, csv or parquet")
     max_files_per_trigger: int | None = Field(
         1000,
@@ -269,7 +280,7 @@ class FilesSourceSettings(Section):
         description="a whole number of files per micro-batch greater than zero, or null for all",
     )
     clean_source: Literal["off", "archive", "delete"] = Field("off", description="off, archive or delete")
-    archive_dir: str | None = Field(None, min_length=1, description="a directory outside path, or null")
+    archive_dir: Folder | None = Field(None, description="a directory outside path, or null")
     csv_header: bool = Field(True, description="true or false")
     on_bad_record: OnBadRecord = Field("fail", description="fail or drop")
 
@@ -420,7 +431,7 @@ class SinkSettings(Section):
     output_mode: Literal["append", "update"] = Field(
         "append", description="append or update (complete would keep every window's state forever)"
     )
-    path: str = Field(f"output/{PACKAGE}", min_length=1, description="an output directory")
+    path: Folder = Field(f"output/{PACKAGE}", description="an output directory")
     console_rows: int = Field(20, gt=0, le=JAVA_INT, description="rows to print per batch, greater than zero")
     delta: DeltaSinkSettings = Field(default_factory=DeltaSinkSettings)
     kafka: KafkaSinkSettings = Field(default_factory=KafkaSinkSettings)
@@ -468,7 +479,7 @@ class QuerySettings(Section):
     window: Duration = Field("1 minute", description="a Spark interval such as '1 minute'")
     join: JoinSettings = Field(default_factory=JoinSettings)
     custom_state: CustomStateSettings = Field(default_factory=CustomStateSettings)
-    checkpoint_location: str = Field(min_length=1, description="a directory path or URI")
+    checkpoint_location: Folder = Field(description="a directory path or URI")
     trigger: str = Field("10 seconds", description="an interval such as '10 seconds', or available_now")
     # How long a stop (SIGTERM, --max-batches, --timeout) waits for the batch in flight to commit.
     stop_timeout: Duration = Field("2 minutes", description="a Spark interval such as '2 minutes'")

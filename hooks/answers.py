@@ -141,7 +141,15 @@ def name_problems(answers: dict[str, Any]) -> list[str]:
             "digits, '-', '_' or '.', starting with a letter or digit (for example 'stream-job')."
         )
     package = str(answers["package_name"])
-    if not PACKAGE.match(package) or keyword.iskeyword(package):
+    if keyword.iskeyword(package):
+        made = slug.replace("-", "_") == package  # the default package_name, made from project_name's slug
+        given = f", the one project_name {answers['project_name']!r} gives," if made else ""
+        found.append(
+            f"package_name {package!r}{given} is a Python keyword, so no import can name the package: give"
+            f" package_name another name (for example '{package}_job')"
+            + (", or choose another project_name." if made else ".")
+        )
+    elif not PACKAGE.match(package):
         found.append(
             f"package_name {package!r} is not a valid Python package name: use lower-case letters, "
             "digits and '_', not starting with a digit (for example 'stream_job')."

@@ -141,7 +141,15 @@ def name_problems(answers: dict[str, Any]) -> list[str]:
             "digits, '-', '_' or '.', starting with a letter or digit (for example 'stream-job')."
         )
     package = str(answers["package_name"])
-    if not PACKAGE.match(package) or keyword.iskeyword(package):
+    if keyword.iskeyword(package):
+        made = slug.replace("-", "_") == package  # the default package_name, made from project_name's slug
+        given = f", the one project_name {answers['project_name']!r} gives," if made else ""
+        found.append(
+            f"package_name {package!r}{given} is a Python keyword, so no import can name the package: give"
+            f" package_name another name (for example '{package}_job')"
+            + (", or choose another project_name." if made else ".")
+        )
+    elif not PACKAGE.match(package):
         found.append(
             f"package_name {package!r} is not a valid Python package name: use lower-case letters, "
             "digits and '_', not starting with a digit (for example 'stream_job')."
@@ -211,11 +219,12 @@ def number_problems(answers: dict[str, Any], maxima: dict[str, float]) -> list[s
 
 
 def duration_problems(answers: dict[str, Any], durations: ModuleType) -> list[str]:
-    """Every duration lands in settings.yaml, whichever operator uses it, so each must parse."""
+    """Every duration lands in settings.yaml, whichever operator uses it, so each must parse (the
+    watermark may be zero, as Spark and the settings take it)."""
     found = []
     for name in DURATIONS:
         try:
-            durations.parse_duration(answers[name])
+            durations.parse_duration(answers[name], zero=name == "watermark")
         except durations.DurationError as error:
             found.append(f"{name} {error}.")
     return found

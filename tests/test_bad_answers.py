@@ -11,7 +11,17 @@ SHADOWS_STDLIB = "would shadow the standard library's module"
 SHADOWS_DEPENDENCY = "would shadow the module {!r} of a package the project depends on"
 BAD_ANSWERS = [
     ({"package_name": "2fast"}, "package_name '2fast' is not a valid Python package name"),
-    ({"package_name": "class"}, "package_name 'class' is not a valid Python package name"),
+    (
+        {"package_name": "class"},
+        "package_name 'class' is a Python keyword, so no import can name the package: give package_name another"
+        " name (for example 'class_job').",
+    ),
+    # The package name made from the project name: said so, with both ways out.
+    (
+        {"project_name": "def"},
+        "package_name 'def', the one project_name 'def' gives, is a Python keyword, so no import can name the"
+        " package: give package_name another name (for example 'def_job'), or choose another project_name.",
+    ),
     ({"package_name": "my-job"}, "package_name 'my-job' is not a valid Python package name"),
     ({"package_name": "json"}, f"package_name 'json' {SHADOWS_STDLIB} 'json'"),
     ({"package_name": "logging"}, f"package_name 'logging' {SHADOWS_STDLIB} 'logging'"),
@@ -24,7 +34,7 @@ BAD_ANSWERS = [
     ({"project_slug": "Bad Slug!"}, "project_slug 'Bad Slug!' is not a usable directory name"),
     ({"watermark": "soon"}, "watermark 'soon' is not an interval Spark can parse"),
     ({"watermark": ""}, "watermark is empty"),
-    ({"watermark": "0 seconds"}, "watermark '0 seconds' must be longer than zero"),
+    ({"window": "0 seconds"}, "window '0 seconds' must be longer than zero"),
     ({"watermark": "-5 minutes"}, "watermark '-5 minutes' is negative; a duration is a length of time"),
     ({"watermark": "10 mins"}, "watermark '10 mins' has the unit 'mins', which Spark does not read; write minutes."),
     ({"watermark": "1 month"}, "watermark '1 month' uses months; write it in days or weeks instead"),

@@ -206,6 +206,12 @@ def test_combination_bakes_clean(out, answers):
     assert (packages.returncode, packages.stdout) == (0, ",".join(expected) + "\n")
 
 
+def test_a_zero_watermark_bakes(out):
+    """Spark takes a zero watermark delay, and so do the settings: the answer was refused ("must be longer
+    than zero")."""
+    assert settings_of(bake(out, watermark="0 seconds"))["query"]["watermark"] == "0 seconds"
+
+
 def machinery_files(package: Path) -> dict[str, bytes]:
     folder = package / "machinery"
     return {

@@ -347,7 +347,7 @@ def final_watermark(spark: SparkSession, settings: Settings) -> datetime:
         read_events_batch(spark, source.files.path).agg(F.max("event_time")).first()[0]
         for source in settings.inputs.values()
     )
-    return newest - timedelta(seconds=parse_duration(settings.query.watermark))
+    return newest - timedelta(seconds=parse_duration(settings.query.watermark, zero=True))
 
 
 def batch_expectation(spark: SparkSession, settings: Settings) -> DataFrame:

@@ -29,6 +29,7 @@ from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS, write_s
 from stream_job.machinery.job.query_plan import read_plan
 from stream_job.machinery.job.runner import build_result, run_query
 from stream_job.machinery.job.session import apply_confs
+from stream_job.machinery.testing import run_batch
 
 from .conftest import (
     BAKED_OPERATOR,
@@ -485,6 +486,79 @@ def test_a_second_watermark_after_a_stateful_operator_is_refused_before_the_firs
             " before the first stateful operator; change the query (no batch ran)"
         )
     assert committed_batches(tmp_path / "checkpoint") == []
+
+
+# The join bake's example query (query.py of a stream_stream_join project), written into another bake.
+STARTERS_JOIN = '''
+def stateful_query(events, query, join_events=None):
+    """Each left event (source) with the right events (join_source) of its key up to join.range after it."""
+    from datetime import timedelta
+
+    from .machinery.core.durations import parse_duration
+
+    if join_events is None:
+        raise ValueError("stream_stream_join needs the events of join_source")
+    span = timedelta(seconds=parse_duration(query.join.range))
+    left = wanted(events, query).withWatermark("event_time", query.watermark).select(*EVENT_COLUMNS)
+    right = join_events.withWatermark("event_time", query.watermark).select(
+        F.col("key").alias("join_key"),
+        F.col("event_id").alias("join_event_id"),
+        F.col("event_time").alias("join_event_time"),
+    )
+    condition = (
+        (left.key == right.join_key)
+        & (right.join_event_time >= left.event_time)
+        & (right.join_event_time <= left.event_time + F.lit(span))
+    )
+    return left.join(right, condition, query.join.type).select(*EVENT_COLUMNS, "join_event_id", "join_event_time")
+'''
+
+
+@pytest.mark.skipif(BAKED_OPERATOR != DEFAULT_OPERATOR, reason="a join under the default bake's label")
+def test_join_source_follows_what_the_query_reads_not_its_label(spark, tmp_path):
+    """OPERATOR still says windowed_aggregation. join_source was held against it: a join with join_source
+    set was refused ("which reads one input; set join_source to null"), and that advice left the join
+    without its second input. The query decides: a join reads join_source and runs; join_source is refused
+    in one line, by the start and by `check`, where the query does otherwise, and nothing is written."""
+    chain = CHAINS["join-then-count"]
+    add_files(tmp_path / "landing", chain, 1, tmp_path / "landing-join")
+    changes = chain_settings(tmp_path, chain)
+    two = write_settings_file(tmp_path / "settings.yaml", changes)
+    one = write_settings_file(tmp_path / "one.yaml", deep_merge(changes, {"join_source": None}))
+    before = digest(tmp_path)
+    mismatches = [  # the query's edits, the settings, the line
+        (
+            replaced(STARTERS_JOIN),
+            one,
+            "join_source is null but the query reads a second input (stateful_query's join_events);"
+            " add a join_source section for it, with the same keys as source (type, and its files, kafka or rate"
+            " settings)",
+        ),
+        (
+            {},  # the bake's own query: the windowed count
+            two,
+            "join_source is set (type files) but the query reads one input: stateful_query leaves join_events"
+            " unread; set join_source to null",
+        ),
+    ]
+    for edits, path, line in mismatches:
+        for command in ("check", "run"):
+            with edited_query(edits):
+                refused = run_cli(command, "--settings", str(path))
+            assert refused.returncode == 2, refused.stderr[-3000:]
+            assert refused.stderr.splitlines() == [f"settings error: {line}"]
+    assert digest(tmp_path) == before
+
+    with edited_query(replaced(STARTERS_JOIN)):
+        run = run_main("--settings", str(two))
+        assert run.returncode == 0, run.stderr[-3000:]
+        settings = load_settings(two)
+        orders, payments = (read_events_batch(spark, str(tmp_path / name)) for name in ("landing", "landing-join"))
+        expected = run_batch(spark, orders, payments, query=settings.query)
+    assert "query: the plan runs stream_stream_join; stream_job.query.OPERATOR (windowed_aggregation)" in run.stdout
+    # An inner join emits each match at once: all of them, each order with its payment.
+    assert expected.count() > 0 and expected.where(F.col("join_event_id").isNull()).count() == 0
+    assertDataFrameEqual(spark.read.parquet(str(tmp_path / "output")), expected)
 
 
 UNSIZED = '''

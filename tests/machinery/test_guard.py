@@ -238,6 +238,36 @@ def test_check_says_a_query_spark_refuses_in_the_one_line_the_start_gives(spark,
     assert (digest(tmp_path / "checkpoint"), digest(tmp_path / "output")) == before
 
 
+@pytest.mark.skipif(BAKED_OPERATOR != "windowed_aggregation", reason="moves the windowed count's watermark")
+def test_check_refuses_the_output_mode_spark_refuses_at_the_start_in_the_same_line(tmp_path):
+    """The watermark on a column derived from the event time, the window on the event time itself: Spark
+    refuses the append mode at the start (an aggregation without a watermark), and `check` passed it
+    (exit 0). Both now run Spark's own check first: the same line, exit 2, nothing written."""
+    path = write_settings_file(tmp_path / "settings.yaml", files_job(tmp_path, "parquet", ANY_PROVIDER, files=1))
+    derived = {
+        '.withWatermark("event_time", query.watermark)': (
+            '.withColumn("arrived", F.col("event_time")).withWatermark("arrived", query.watermark)'
+        )
+    }
+    before = digest(tmp_path)
+    said = {}
+    for command in ("check", "run"):
+        with edited_query(derived):
+            result = run_cli(command, "--settings", str(path))
+        assert result.returncode == 2, result.stderr[-3000:]
+        said[command] = result.stderr.strip().splitlines()
+    assert (
+        said["check"]
+        == said["run"]
+        == [
+            "query error: Spark refuses the query of stream_job.query: [STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION]"
+            " Invalid streaming output mode: append. This output mode is not supported for streaming aggregations"
+            " without watermark on streaming DataFrames/DataSets. SQLSTATE: 42KDE; change the query (no batch ran)"
+        ]
+    )
+    assert digest(tmp_path) == before
+
+
 def test_a_stateful_query_on_a_stateless_checkpoint_is_refused_and_its_store_is_no_matter(spark, tmp_path):
     """A checkpoint whose query kept no state: its pinned store and partitions pin nothing, so other ones
     are no drift (check said to set them back, then called it consistent); a stateful query on it is

@@ -10,19 +10,24 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.plan_operators import PlanOperator
 from stream_job.machinery.core.settings import ENV_PREFIX, SettingsError, load_settings
 
 from .conftest import (
+    ANY_PROVIDER,
     BAKED_OPERATOR,
     PROJECT_DIR,
     PROJECT_SETTINGS,
+    batch_expectation,
     clean_env,
     deep_merge,
     digest,
+    files_job,
     run_cli,
     run_main,
     run_python,
+    write_settings_file,
 )
 
 
@@ -220,6 +225,11 @@ BAD_VALUES = [
         {"spark": {"conf": {"spark.sql.session.timeZone": None}}},
         "spark.conf.spark.sql.session.timeZone = None: a Spark conf value is text, a number or true/false",
     ),
+    # Taken as a folder named by a space, beside settings.yaml.
+    (
+        {"sink": {"path": " "}},
+        "sink.path = ' ': is blank, which names no folder (or one named by spaces); give a directory path or URI",
+    ),
 ]
 # Rules about the operator, which the code declares: each runs in the bake of its operator.
 OPERATOR_BAD_VALUES = [
@@ -229,33 +239,6 @@ OPERATOR_BAD_VALUES = [
         "settings.yaml key query.operator: the query's stateful operators are set by the code (stream_job.query),"
         " and read from its plan; remove it here (to run other operators, change the query and start a new"
         " checkpoint)",
-    ),
-    (
-        "windowed_aggregation",
-        {"join_source": {"type": "rate"}},
-        "settings: join_source is set but the query runs windowed_aggregation, which reads one input; set"
-        " join_source to null",
-    ),
-    (
-        "stream_stream_join",
-        {"join_source": None},
-        "settings: the query runs stream_stream_join but join_source is null; add a join_source section",
-    ),
-    (
-        "custom_state",
-        {"state_store": {"provider": "hdfs", "changelog_checkpointing": False}},
-        "settings: the query runs custom_state but state_store.provider is hdfs: Spark runs transformWithState"
-        " only on RocksDB; set state_store.provider to rocksdb",
-    ),
-    (
-        "stream_stream_join",
-        {
-            "join_source": {"type": "rate"},
-            "sink": {"type": "console", "output_mode": "update"},
-            "query": {"join": {"type": "left_outer"}},
-        },
-        "settings: the query runs stream_stream_join but sink.output_mode is update: stream_stream_join emits"
-        " each row once, final, and Spark runs it in append mode only; set sink.output_mode to append",
     ),
     (
         "stream_stream_join",
@@ -274,6 +257,22 @@ OPERATOR_BAD_VALUES = [
         "stream_stream_join",
         {"source": {"type": "rate"}, "join_source": {"type": "files", "files": {"path": "no-such-payments"}}},
         "/no-such-payments': no such directory; create it (files landing there are read in order of arrival)",
+    ),
+]
+# What the operators of the query's plan need: read from the plan (not the starter's OPERATOR label,
+# which the user's query may have left behind), so refused once Spark has read it, before a batch.
+PLAN_BAD_VALUES = [
+    (
+        "custom_state",
+        {"state_store": {"provider": "hdfs", "changelog_checkpointing": False}},
+        "the query runs custom_state but state_store.provider is hdfs: Spark runs transformWithState only on"
+        " RocksDB; set state_store.provider to rocksdb (with a new checkpoint if one exists)",
+    ),
+    (
+        "stream_stream_join",
+        {"sink": {"type": "console", "output_mode": "update"}, "query": {"join": {"type": "left_outer"}}},
+        "the query runs stream_stream_join but sink.output_mode is update: stream_stream_join emits each row"
+        " once, final, and Spark runs it in append mode only; set sink.output_mode to append",
     ),
 ]
 # Environment overrides: malformed values, and names that match no setting.
@@ -357,14 +356,28 @@ def test_bad_settings_file_exits_2_naming_the_field_before_spark(write_settings,
     assert_refused_before_spark(run_main_without_java(path, tmp_path), expected, checkpoint)
 
 
-@pytest.mark.operator
-@pytest.mark.parametrize(("operator", "changes", "expected"), OPERATOR_BAD_VALUES)
-def test_operator_rules_exit_2_before_spark(write_settings, tmp_path, operator, changes, expected):
+def operator_settings(write_settings, tmp_path: Path, operator: str, changes: dict) -> tuple[Path, Path]:
+    """The settings with changes and a checkpoint in tmp_path, in the bake of `operator` (else skipped)."""
     if operator != BAKED_OPERATOR:
         pytest.skip(f"the {operator} bake runs it")
     checkpoint = tmp_path / "checkpoint"
-    path = write_settings(deep_merge({"query": {"checkpoint_location": str(checkpoint)}}, changes))
+    return write_settings(deep_merge({"query": {"checkpoint_location": str(checkpoint)}}, changes)), checkpoint
+
+
+@pytest.mark.operator
+@pytest.mark.parametrize(("operator", "changes", "expected"), OPERATOR_BAD_VALUES)
+def test_operator_rules_exit_2_before_spark(write_settings, tmp_path, operator, changes, expected):
+    path, checkpoint = operator_settings(write_settings, tmp_path, operator, changes)
     assert_refused_before_spark(run_main_without_java(path, tmp_path), expected, checkpoint)
+
+
+@pytest.mark.operator
+@pytest.mark.parametrize(("operator", "changes", "expected"), PLAN_BAD_VALUES)
+def test_what_the_plans_operators_need_is_refused_before_a_batch(write_settings, tmp_path, operator, changes, expected):
+    path, checkpoint = operator_settings(write_settings, tmp_path, operator, changes)
+    run = run_main("--settings", str(path))
+    assert (run.returncode, run.stderr) == (2, f"settings error: {expected}\n")
+    assert not checkpoint.exists()
 
 
 # What Spark also runs in update mode loads with it (checked on Spark 4.2.1): a deduplication, and an
@@ -430,6 +443,33 @@ def test_every_bad_field_gets_its_own_line(make_settings):
     assert lines[0].startswith("spark.shuffle_partitions = 0")
     assert lines[1].startswith("query.watermark = 'x'")
     assert all("expected" in line for line in lines)
+
+
+def test_a_zero_watermark_is_taken_run_and_sized(spark, tmp_path):
+    """Spark takes a zero watermark delay (an event older than the newest is late); the settings refused
+    it ("must be longer than zero"). It loads, the job runs on it, and the estimate sizes it."""
+    changes = deep_merge(files_job(tmp_path, "parquet", ANY_PROVIDER, files=2), {"query": {"watermark": "0 seconds"}})
+    path = write_settings_file(tmp_path / "settings.yaml", changes)
+    run = run_main("--settings", str(path))
+    assert run.returncode == 0, run.stderr[-3000:]
+    expected = batch_expectation(spark, load_settings(path))
+    assert expected.count() > 0
+    assertDataFrameEqual(spark.read.parquet(str(tmp_path / "output")), expected)
+    estimate = run_cli("estimate", "--settings", str(path))
+    assert estimate.returncode == 0, estimate.stderr[-3000:]
+    assert "headline       = watermark 0 seconds (0 s) x 10,000 rows/s = 0 rows" in estimate.stdout
+
+
+def test_every_folder_setting_refuses_a_blank_path(make_settings):
+    blank = {
+        "source": {"files": {"path": " ", "clean_source": "archive", "archive_dir": "\t"}},
+        "sink": {"path": "  "},
+        "query": {"checkpoint_location": ""},
+    }
+    lines = errors_for(make_settings, blank)
+    fields = ["source.files.path", "source.files.archive_dir", "sink.path", "query.checkpoint_location"]
+    assert [line.split(" = ")[0] for line in lines] == fields
+    assert all(": is blank, which names no folder" in line for line in lines)
 
 
 def test_bad_environment_value_names_the_variable(make_settings, monkeypatch):

@@ -127,7 +127,7 @@ class StreamTest:
     def watermark(self) -> datetime:
         """The watermark the stream reached: the newest event time less the watermark delay."""
         newest = self.events().agg(F.max(F.col(_event_time()))).collect()[0][0]
-        return newest - timedelta(seconds=parse_duration(self.settings.query.watermark))
+        return newest - timedelta(seconds=parse_duration(self.settings.query.watermark, zero=True))
 
     def _read(self, path: str) -> DataFrame:
         return self.spark.read.schema(user_query().EVENT_SCHEMA).json(path)

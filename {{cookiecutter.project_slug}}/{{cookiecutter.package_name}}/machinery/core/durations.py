@@ -40,8 +40,9 @@ class DurationError(ValueError):
     """A duration string that Spark would not accept (or that is not positive)."""
 
 
-def parse_duration(text: str) -> float:
-    """Seconds in a Spark interval string such as "10 minutes" or "1 hour 30 minutes"."""
+def parse_duration(text: str, zero: bool = False) -> float:
+    """Seconds in a Spark interval string such as "10 minutes" or "1 hour 30 minutes". Zero only with
+    `zero`: a watermark delay may be (an event older than the newest one is then late), a window may not."""
     if not isinstance(text, str):
         raise DurationError(f"expected text such as '10 minutes', got {text!r}")
     body = text.strip().lower()
@@ -75,7 +76,7 @@ def parse_duration(text: str) -> float:
             f"{text!r} is not an interval Spark can parse; write '<number> <unit>' with a unit "
             f"among {_unit_list()}, such as '30 seconds' or '2 hours'"
         )
-    if seconds <= 0:
+    if seconds < 0 or (seconds == 0 and not zero):
         raise DurationError(f"{text!r} must be longer than zero")
     if seconds > LONGEST_SECONDS:
         raise DurationError(f"{text!r} is longer than {LONGEST_SECONDS // 86400:,} days; write a shorter duration")
@@ -86,9 +87,9 @@ def _unit_list() -> str:
     return ", ".join(f"{unit}s" for unit in _UNIT_SECONDS)
 
 
-def named_duration(name: str, text: object) -> float:
+def named_duration(name: str, text: object, zero: bool = False) -> float:
     """parse_duration, with the setting or answer named in the error."""
     try:
-        return parse_duration(text)  # type: ignore[arg-type]
+        return parse_duration(text, zero)  # type: ignore[arg-type]
     except DurationError as error:
         raise DurationError(f"{name} {error}") from None

@@ -206,10 +206,8 @@ def _deduplication_rows(rate: float, watermark_s: float, trigger: str) -> Rows:
     )
 
 
-# The starter's join.type as Spark names it in the plan, and the types Spark also runs in update mode
-# (an inner or left semi join emits nothing as a row leaves; an outer join is refused there: checked
-# on Spark 4.2.1).
-SPARK_JOIN_TYPES = {"inner": "Inner", "left_outer": "LeftOuter"}
+# The join types, as Spark names them in the plan, that Spark also runs in update mode (an inner or left
+# semi join emits nothing as a row leaves; an outer join is refused there: checked on Spark 4.2.1).
 UPDATE_JOIN_TYPES = ("Inner", "LeftSemi")
 
 

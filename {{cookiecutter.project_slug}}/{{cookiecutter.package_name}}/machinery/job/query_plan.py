@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -206,6 +206,23 @@ def _refuse_a_second_watermark(root: _Node) -> None:
             )
 
 
+# Spark's switch for its checks of a streaming query against the output mode (on by default).
+UNSUPPORTED_OPERATION_CHECK = "spark.sql.streaming.unsupportedOperationCheck"
+
+
+def refuse_what_spark_refuses(result: DataFrame, settings: Settings) -> None:
+    """Spark's own checks of the query against sink.output_mode (UnsupportedOperationChecker), which a
+    start makes before anything runs: made first by the start and by `check` alike, so that both refuse
+    a query Spark refuses, in Spark's words (an AnalysisException), and `check` passes no query the start
+    would refuse. Skipped where the settings turn Spark's checks off, as the start skips them."""
+    if str(settings.spark.conf.get(UNSUPPORTED_OPERATION_CHECK, "true")).lower() == "false":
+        return
+    jvm: Any = result.sparkSession._jvm  # set while the session runs
+    mode = getattr(jvm.org.apache.spark.sql.streaming.OutputMode, settings.sink.output_mode.capitalize())()
+    checker = jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker
+    checker.checkForStreaming(result._jdf.queryExecution().analyzed(), mode)
+
+
 def _watermarked(node: _Node) -> bool:
     return any(n.kind == "EventTimeWatermark" for n in node.walk())
 
@@ -226,7 +243,7 @@ def _watermark_delays(tree_string: str) -> list[str]:
 def _seconds(duration: str) -> float:
     from ..core.durations import parse_duration
 
-    return parse_duration(duration)
+    return parse_duration(duration, zero=True)  # a watermark delay, or a join's range: either may be zero
 
 
 def _keys(node: _Node) -> str:
@@ -335,10 +352,10 @@ def _interval(value: object) -> str | None:
     if text.lstrip("-").isdigit():
         return _microseconds(text)
     try:
-        _seconds(text)
+        gap = _seconds(text)
     except ValueError:
-        return None  # a gap the estimate cannot read: the operator is sized as unknown
-    return text
+        gap = 0.0
+    return text if gap > 0 else None  # else a gap the estimate cannot read: the operator is sized as unknown
 
 
 def _join_range(node: _Node) -> str | None:
@@ -372,17 +389,69 @@ def _microseconds(value: object) -> str:
 def stand_in_result(spark: SparkSession, settings: Settings) -> DataFrame:
     """The query over stand-in streams of EVENT_SCHEMA: the plan of the real one, without its sources
     (so that reading the plan needs no Kafka connector, no broker and no landing files)."""
+    return query_result(spark, settings, stand_in_stream(spark), lambda: stand_in_stream(spark))
+
+
+def stand_in_stream(spark: SparkSession) -> DataFrame:
+    """A stream of EVENT_SCHEMA's columns, all null: an input's place in a plan that is only read."""
     from pyspark.sql import functions as F
 
-    schema = user_query().EVENT_SCHEMA
+    rate = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).load()
+    return rate.select(*(F.lit(None).cast(column.dataType).alias(column.name) for column in user_query().EVENT_SCHEMA))
 
-    def stream() -> DataFrame:
-        rate = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).load()
-        return rate.select(*(F.lit(None).cast(column.dataType).alias(column.name) for column in schema.fields))
 
-    join_events = None if settings.join_source is None else stream()
+def query_result(
+    spark: SparkSession, settings: Settings, events: DataFrame, read_join_source: Callable[[], DataFrame]
+) -> DataFrame:
+    """stateful_query on `events`, and on join_events: read_join_source() where join_source is set, else
+    None. A query that fails without join_events and reads them when given some is a SettingsError
+    naming join_source (fit_problems holds a join_source the query leaves unread)."""
+    from ..core.settings import SettingsError
+
+    if settings.join_source is not None:
+        return _stateful_query(events, settings, read_join_source())
+    try:
+        return _stateful_query(events, settings, None)
+    except Exception:  # the query's own error, Spark's or Python's: it may be for want of join_events
+        if not _wants_join_events(spark, settings):
+            raise
+        raise SettingsError([settings.join_source_misfit()]) from None
+
+
+def fit_problems(spark: SparkSession, settings: Settings, plan: Sequence[PlanOperator]) -> list[str]:
+    """What of the settings does not fit the query: join_source against whether the query reads
+    join_events (what its code does, not the starter's label), then Settings.plan_problems."""
+    problems = settings.plan_problems(plan)
+    if settings.join_source is not None and not _reads_join_events(spark, settings):
+        problems.insert(0, settings.join_source_misfit())
+    return problems
+
+
+def _stateful_query(events: DataFrame, settings: Settings, join_events: DataFrame | None) -> DataFrame:
     with project_code():
-        return user_query().stateful_query(stream(), settings.query, join_events)
+        return user_query().stateful_query(events, settings.query, join_events)
+
+
+def _wants_join_events(spark: SparkSession, settings: Settings) -> bool:
+    """Whether the query reads join_events when given some (not where it fails then too: its error stands)."""
+    try:
+        return _reads_join_events(spark, settings)
+    except Exception:
+        return False
+
+
+def _reads_join_events(spark: SparkSession, settings: Settings) -> bool:
+    """Whether the query, given stand-in streams, reads its second one: a source of its plan holds the
+    columns Spark gave that stream's source (by the ids Spark numbers each column of a plan with)."""
+    join_events = stand_in_stream(spark)
+    result = _stateful_query(stand_in_stream(spark), settings, join_events)
+    return bool(_source_columns(join_events) & _source_columns(result))
+
+
+def _source_columns(frame: DataFrame) -> set[int]:
+    nodes = json.loads(frame._jdf.queryExecution().analyzed().toJSON())
+    leaves = [node for node in nodes if not node.get("num-children")]
+    return {part["exprId"]["id"] for leaf in leaves for column in leaf.get("output") or [] for part in column}
 
 
 def planned_operators(spark: SparkSession, settings: Settings) -> list[PlanOperator]:
@@ -392,13 +461,13 @@ def planned_operators(spark: SparkSession, settings: Settings) -> list[PlanOpera
 
 def checked_plan(settings: Settings) -> list[PlanOperator]:
     """The plan's operators, read in a local session of their own (nothing runs), and checked against
-    the settings (Settings.plan_problems): a SettingsError names what does not fit."""
+    the settings (fit_problems): a SettingsError names what does not fit."""
     from ..core.settings import SettingsError
     from .session import tool_session
 
     with tool_session("query-plan", {}) as spark:
         plan = planned_operators(spark, settings)
-    problems = settings.plan_problems(plan)
+        problems = fit_problems(spark, settings, plan)
     if problems:
         raise SettingsError(problems)
     return plan

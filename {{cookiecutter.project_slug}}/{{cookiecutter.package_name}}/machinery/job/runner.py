@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from ..core.checkpoint.files import CheckpointRead
-from ..core.contract import QUERY_MODULE, project_code, user_query
+from ..core.contract import QUERY_MODULE
 from ..core.plan_operators import PlanOperator, chain, flow_order, unsized
 from ..core.settings import Settings, SettingsError
 from .driver_jvm import jvm_ran_out_of_memory
@@ -21,17 +21,15 @@ from .endpoints.sources import read_events
 from .heap import OutOfMemory, local_probe, out_of_memory_line, start_warning
 from .progress import ProgressPrinter, StateWatchdog
 from .python_modules import require_operator_modules
-from .query_plan import read_plan
+from .query_plan import query_result, read_plan
 from .state_fit import check_fit
 from .stopping import StopSignals, stop_on_batch_boundary, terminated
 
 
 def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
-    """The whole query as a DataFrame: the source (and join_source for a join), then the stateful transform."""
+    """The whole query as a DataFrame: the source (and join_source, where set), then the stateful transform."""
     events = read_events(spark, settings, "source")
-    join_events = None if settings.join_source is None else read_events(spark, settings, "join_source")
-    with project_code():
-        return user_query().stateful_query(events, settings.query, join_events)
+    return query_result(spark, settings, events, lambda: read_events(spark, settings, "join_source"))
 
 
 def follow_plan(

@@ -5,6 +5,8 @@ left as it was.
 - The stateful operators. Spark records each one in `state/<operator id>/_metadata` (its name and
   its stores). A query whose operators are the same, in the same order, restarts on that state; one
   with an operator added, removed or swapped would read another operator's state, or none.
+- The query against sink.output_mode, by Spark's own checks (query_plan.refuse_what_spark_refuses),
+  so that `check` refuses what a start would, before any file is written.
 - The columns that key each operator's state. Spark checks a restarted query's state schema by
   column types only. Grouping by another column of the same type (say `event_id` instead of `key`,
   both strings) passes that check, and the old state is read back under the new key: wrong counts,
@@ -32,7 +34,7 @@ from ..core.operators import BY_SPARK_NAME
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
 from ..core.settings import Settings, SettingsError
 from .output_check import columns
-from .query_plan import read_plan
+from .query_plan import fit_problems, read_plan, refuse_what_spark_refuses
 from .schema_evolution import StateSchemaRefused, state_schema_drift
 
 RECORD_NAME = "state_key.json"
@@ -194,17 +196,19 @@ def _window_change(changed: list[tuple[PlanOperator, str | None]], record: str) 
 def check_fit(
     result: DataFrame, plan: Sequence[PlanOperator], settings: Settings, held: CheckpointRead | None, record_key: bool
 ) -> tuple[str | None, list[str]]:
-    """Raise, for the first misfit: OperatorsChanged, SettingsError (the plan against the settings),
-    StateKeyChanged, StateWindowChanged, StateSchemaRefused or OutputColumnsChanged. Return the note of
-    a state key recorded again (with record_key: a start) and the state schema changes Spark accepts."""
+    """Raise, for the first misfit: OperatorsChanged, SettingsError (the query against the settings),
+    Spark's AnalysisException (the query against the output mode), StateKeyChanged, StateWindowChanged,
+    StateSchemaRefused or OutputColumnsChanged. Return the note of a state key recorded again (with
+    record_key: a start) and the state schema changes Spark accepts."""
     location = settings.query.checkpoint_location
     # The checkpoint's operators first: when the query no longer fits its state, that is the news.
     drift = operators_drift(plan, held, location)
     if drift:
         raise OperatorsChanged(drift)
-    problems = settings.plan_problems(plan)
+    problems = fit_problems(result.sparkSession, settings, plan)
     if problems:
         raise SettingsError(problems)
+    refuse_what_spark_refuses(result, settings)
     note = check_state_key(result.sparkSession, result, location, record_key)
     refused, accepted = state_schema_drift(result, plan, held, location)
     if refused:

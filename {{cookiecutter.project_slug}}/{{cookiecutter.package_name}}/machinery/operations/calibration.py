@@ -105,7 +105,7 @@ class CalibrationError(Exception):
 def state_lifetime_seconds(settings: Settings) -> float:
     """How long, in event time, a row stays in state: the watermark delay plus the operator's own span."""
     span = settings.query.state_span()
-    return parse_duration(settings.query.watermark) + (parse_duration(span) if span else 0)
+    return parse_duration(settings.query.watermark, zero=True) + (parse_duration(span) if span else 0)
 
 
 def trial_settings(settings: Settings, scratch: Path) -> Settings:

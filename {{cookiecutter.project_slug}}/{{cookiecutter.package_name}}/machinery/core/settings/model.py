@@ -35,7 +35,7 @@ from ..checkpoint.sink_log import DELTA_LOG, LOG_DIR
 from ..confs import MANAGED_CONFS, MANAGED_PREFIXES
 from ..contract import QUERY_MODULE, user_query
 from ..durations import AVAILABLE_NOW, parse_duration
-from ..operators import NAMES, OPERATORS, SPARK_JOIN_TYPES, UPDATE_JOIN_TYPES
+from ..operators import NAMES, OPERATORS, UPDATE_JOIN_TYPES
 from ..plan_operators import PlanOperator, chain, flow_order
 from ..sizing import capacity
 from ..sizing.capacity import JAVA_INT, MAXIMA, Estimate
@@ -94,6 +94,26 @@ def _duration(value: str) -> str:
 
 
 Duration = Annotated[str, AfterValidator(_duration)]
+
+
+def _delay(value: str) -> str:
+    parse_duration(value, zero=True)
+    return value
+
+
+# A watermark delay: a duration, or zero (Spark takes it: an event older than the newest is late).
+Delay = Annotated[str, AfterValidator(_delay)]
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("is blank, which names no folder (or one named by spaces); give a directory path or URI")
+    return value
+
+
+# Every folder setting (the checkpoint, the output, each landing and archive directory): a local path,
+# relative to settings.yaml, or a URI.
+Folder = Annotated[str, AfterValidator(_not_blank)]
 
 
 def _conf_scalar(value: Any) -> Any:
@@ -252,7 +272,7 @@ OnBadRecord = Literal["fail", "drop"]
 
 
 class FilesSourceSettings(Section):
-    path: str = Field(f"landing/{PACKAGE}", min_length=1, description="the landing directory")
+    path: Folder = Field(f"landing/{PACKAGE}", description="the landing directory")
     format: Literal["json", "csv", "parquet"] = Field("json", description="json, csv or parquet")
     max_files_per_trigger: int | None = Field(
         1000,
@@ -261,7 +281,7 @@ class FilesSourceSettings(Section):
         description="a whole number of files per micro-batch greater than zero, or null for all",
     )
     clean_source: Literal["off", "archive", "delete"] = Field("off", description="off, archive or delete")
-    archive_dir: str | None = Field(None, min_length=1, description="a directory outside path, or null")
+    archive_dir: Folder | None = Field(None, description="a directory outside path, or null")
     csv_header: bool = Field(True, description="true or false")
     on_bad_record: OnBadRecord = Field("fail", description="fail or drop")
 
@@ -412,7 +432,7 @@ class SinkSettings(Section):
     output_mode: Literal["append", "update"] = Field(
         "append", description="append or update (complete would keep every window's state forever)"
     )
-    path: str = Field(f"output/{PACKAGE}", min_length=1, description="an output directory")
+    path: Folder = Field(f"output/{PACKAGE}", description="an output directory")
     console_rows: int = Field(20, gt=0, le=JAVA_INT, description="rows to print per batch, greater than zero")
     delta: DeltaSinkSettings = Field(default_factory=DeltaSinkSettings)
     kafka: KafkaSinkSettings = Field(default_factory=KafkaSinkSettings)
@@ -453,14 +473,14 @@ class QuerySettings(Section):
     # Not read from settings.yaml: the loader fills it in from the query module's OPERATOR, a starter's
     # label (None without one). The stateful operators that run come from the query's plan.
     operator: OperatorName | None = Field(None, description=", ".join(NAMES[:-1]) + " or " + NAMES[-1])
-    watermark: Duration = Field(description="a Spark interval such as '10 minutes'")
+    watermark: Delay = Field(description="a Spark interval such as '10 minutes', or '0 seconds'")
     # An event time more than this past the processing time is a bad record (the source's on_bad_record),
     # so that one wrong clock cannot move the watermark past every later event; null: no bound.
     max_event_time_ahead: Duration | None = Field("1 day", description="a Spark interval such as '1 day', or null")
     window: Duration = Field("1 minute", description="a Spark interval such as '1 minute'")
     join: JoinSettings = Field(default_factory=JoinSettings)
     custom_state: CustomStateSettings = Field(default_factory=CustomStateSettings)
-    checkpoint_location: str = Field(min_length=1, description="a directory path or URI")
+    checkpoint_location: Folder = Field(description="a directory path or URI")
     trigger: str = Field("10 seconds", description="an interval such as '10 seconds', or available_now")
     # How long a stop (SIGTERM, --max-batches, --timeout) waits for the batch in flight to commit.
     stop_timeout: Duration = Field("2 minutes", description="a Spark interval such as '2 minutes'")
@@ -646,12 +666,7 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _operator_fits_inputs_and_store(self) -> Settings:
-        starter = self.query.operator
-        join_types = [SPARK_JOIN_TYPES[self.query.join.type]] if starter == "stream_stream_join" else []
-        problems = [] if starter is None else self.operator_problems([starter], join_types)
-        if problems:
-            raise ValueError(problems[0])
+    def _inputs_apart(self) -> Settings:
         both = self.join_source
         if both and self.source.type == both.type == "files" and self.source.files.path == both.files.path:
             raise ValueError(
@@ -660,20 +675,28 @@ class Settings(BaseSettings):
             )
         return self
 
+    def join_source_misfit(self) -> str:
+        """The line for a join_source that does not fit what the query's code does (read from its plan,
+        not the starter's label): null where stateful_query reads join_events, set where it leaves them
+        unread. The job's query_plan finds which."""
+        if self.join_source is None:
+            return (
+                "join_source is null but the query reads a second input (stateful_query's join_events); add a"
+                " join_source section for it, with the same keys as source (type, and its files, kafka or rate"
+                " settings)"
+            )
+        return (
+            f"join_source is set (type {self.join_source.type}) but the query reads one input: stateful_query"
+            " leaves join_events unread; set join_source to null"
+        )
+
     def operator_problems(self, names: Sequence[str], join_types: Sequence[str | None] = ()) -> list[str]:
-        """What the stateful operators `names` need of the inputs, the store and the sink, one line each:
-        checked for the starter's OPERATOR when the settings load, and for the plan's before a run.
-        `join_types`: the stream-stream joins' types as Spark names them, where known."""
+        """What the stateful operators `names` of the query's plan need of the store and the sink, one line
+        each (job/query_plan.fit_problems holds join_source against the query). `join_types`: the stream-stream
+        joins' types as Spark names them, where known."""
         known = [name for name in names if name in OPERATORS]
         ran = f"the query runs {chain(names)}"
         problems = []
-        two_inputs = any(OPERATORS[name].two_inputs for name in known)
-        if two_inputs and self.join_source is None:
-            problems.append(
-                f"{ran} but join_source is null; add a join_source section for the second input (the same keys as source)"
-            )
-        if not two_inputs and self.join_source is not None:
-            problems.append(f"join_source is set but {ran}, which reads one input; set join_source to null")
         for name in known:
             op = OPERATORS[name]
             if op.rocksdb_only and self.state_store.provider != "rocksdb":

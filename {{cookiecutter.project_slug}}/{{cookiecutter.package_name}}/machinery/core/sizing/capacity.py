@@ -196,7 +196,7 @@ def estimate(
     require_positive("shuffle_partitions", shuffle_partitions)
     if growth_factor < 1:
         raise ValueError(f"growth_factor must be 1 or more (state does not shrink), got {growth_factor}")
-    seconds = named_duration("watermark", watermark)
+    seconds = named_duration("watermark", watermark, zero=True)
     inputs = {name: SHAPE_DEFAULTS[name] if shape.get(name) is None else shape[name] for name in op.sizing_inputs}
     if measured_on not in (None, *PROVIDERS) or (measured_on is None) != (measured_bytes_per_row is None):
         raise ValueError("measured_on (hdfs or rocksdb) and measured_bytes_per_row come together")

@@ -134,22 +134,23 @@ def write_for_settings(
 ) -> SampleShape:
     """Sample files into the settings' landing directories, shaped for the operator unless told otherwise.
 
-    Defaults: each file covers one watermark, so windows close quickly (custom_state: twice the
-    session timeout, so sessions end); 100 keys (the join: one per order); runs of 10 events per
+    Defaults: each file covers one watermark, so windows close quickly (one window, query.window, where
+    the watermark is zero; custom_state: twice the session timeout, so sessions end); 100 keys (the join: one per order); runs of 10 events per
     key for custom_state, making sessions.
     """
     label = settings.query.operator  # the starter's; without one, a shape that suits most chains
     op = None if label is None else OPERATORS[label]
     if advance is None:
-        advance = settings.query.watermark
+        query = settings.query
+        advance = query.watermark if parse_duration(query.watermark, zero=True) else query.window
         if op is not None and op.sample_spans_lifetime:
-            advance = f"{2 * parse_duration(settings.query.state_span() or settings.query.watermark)} seconds"
+            advance = f"{2 * parse_duration(query.state_span() or advance)} seconds"
     default_keys = DEFAULT_KEYS if settings.join_source is None else None
     shape = SampleShape(
         files,
         events_per_file,
         keys or (default_keys if op is None else op.sample_keys) or UNIQUE_KEYS,
-        timedelta(seconds=parse_duration(advance)),
+        timedelta(seconds=parse_duration(advance, zero=True)),  # zero: a calibration's files all at one instant
         run_length or (1 if op is None else op.sample_run_length),
     )
     fields = (shape.files, shape.events_per_file, shape.keys, shape.advance_per_file, shape.run_length)

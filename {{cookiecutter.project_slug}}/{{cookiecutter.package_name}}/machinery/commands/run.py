@@ -77,7 +77,7 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held:
     from ..job.endpoints.kafka import check_kafka_endpoints, require_brokers
     from ..job.runner import run_query, startup_line
     from ..job.schema_evolution import schema_refusal_advice
-    from ..job.session import job_session
+    from ..job.session import job_session, log_dir
 
     with job_session(settings) as spark:
         print(startup_line(spark, settings), file=remarks_to, flush=True)
@@ -94,6 +94,8 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held:
                 print(*bad_record, sep="\n", file=sys.stderr)
                 return EXIT_QUERY_FAILED
             print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)
+            # The console leaves out Spark's own lines of a failed batch (log4j2.properties): say where they are.
+            print(f"details: Spark's whole report of the failure is in {log_dir() / 'spark.log'}", file=sys.stderr)
             print(f"checkpoint: {settings.query.checkpoint_location}", file=sys.stderr)
             for line in damaged_checkpoint_advice(chain, settings.query.checkpoint_location):
                 print(line, file=sys.stderr)
@@ -261,8 +263,10 @@ def bad_record_advice(message: str, settings: Settings) -> list[str]:
     ways on."""
     from ..job.endpoints.sources import BAD_RECORD_ERROR
 
-    # The record runs to the end of the line, but for the SQL states Spark appends to its messages.
-    found = re.search(BAD_RECORD_ERROR + r" (\S+) (.+?): (.+?); row (.*?)(?: SQLSTATE: \w+)*$", message, re.M)
+    # Spark's raise_error message (not the plan's text of that expression, which a failure's message may
+    # quote); the record runs to the end of the line, but for the SQL states Spark appends to its messages.
+    pattern = r"\[USER_RAISED_EXCEPTION\] " + BAD_RECORD_ERROR + r" (\S+) (.+?): (.+?); row (.*?)(?: SQLSTATE: \w+)*$"
+    found = re.search(pattern, message, re.M)
     if found is None:
         return []
     section, origin, what, row = found.groups()

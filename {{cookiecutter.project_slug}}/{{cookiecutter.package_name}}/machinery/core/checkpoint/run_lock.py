@@ -26,6 +26,7 @@ from typing import IO
 from .files import local_checkpoint
 
 LOCK_FILE = ".running"
+LOCK_TABLE = "/proc/locks"  # Linux's table of the locks held, with the pid that took each
 # A JVM whose Python ended exits once it sees its stdin closed and has run its shutdown hooks: seconds.
 ORPHAN_WAIT_SECONDS = 60.0
 _HELD: dict[Path, int] = {}  # checkpoint -> the locked file's descriptor, while this process holds it
@@ -83,27 +84,32 @@ def _acquire(checkpoint: Path, purpose: str) -> tuple[IO[str], bool]:
 
 
 def _locked(lock: IO[str], checkpoint: Path) -> bool:
-    """Lock it now; or, held by a JVM whose Python is gone, once that JVM has exited."""
+    """Lock it now; or, when the process that took the lock is gone (its JVM, or the JVM's children,
+    still hold it open while they exit), once they have exited: at most ORPHAN_WAIT_SECONDS."""
     deadline = None
     while True:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
+            locker = _locker(checkpoint)
+            if locker is None and not Path(LOCK_TABLE).exists():
+                return False  # no kernel lock table to tell a live holder from an ending one
+            if locker is not None and _alive(locker):
+                return False
             if deadline is None:
-                orphan = _orphaned_holder(checkpoint)
-                if orphan is None:
-                    return False
-                print(
-                    f"checkpoint: waiting for process {orphan}, the Spark JVM of a job whose Python ended, to exit"
-                    f" (it still holds {checkpoint}; at most {ORPHAN_WAIT_SECONDS:.0f} s)",
-                    file=sys.stderr,
-                    flush=True,
-                )
                 deadline = time.monotonic() + ORPHAN_WAIT_SECONDS
+                orphan = _orphaned_holder(checkpoint)
+                if orphan is not None:  # a JVM runs on; one already killed exits in moments, unsaid
+                    print(
+                        f"checkpoint: waiting for process {orphan}, the Spark JVM of a job whose Python ended, to"
+                        f" exit (it still holds {checkpoint}; at most {ORPHAN_WAIT_SECONDS:.0f} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             elif time.monotonic() > deadline:
                 return False
-            time.sleep(0.1)
+            time.sleep(0.05)
 
 
 def held_lock_fds() -> tuple[int, ...]:
@@ -152,7 +158,7 @@ def _locker(checkpoint: Path) -> int | None:
     """The pid that took the lock, from the kernel's lock table (Linux): 0 once that process is gone."""
     try:
         inode = os.stat(checkpoint / LOCK_FILE).st_ino
-        with open("/proc/locks") as table:
+        with open(LOCK_TABLE) as table:
             for line in table:
                 fields = line.split()
                 if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].endswith(f":{inode}"):

@@ -29,6 +29,7 @@ LOCK_FILE = ".running"
 LOCK_TABLE = "/proc/locks"  # Linux's table of the locks held, with the pid that took each
 # A JVM whose Python ended exits once it sees its stdin closed and has run its shutdown hooks: seconds.
 ORPHAN_WAIT_SECONDS = 60.0
+SAY_WAIT_AFTER_SECONDS = 1.0
 _HELD: dict[Path, int] = {}  # checkpoint -> the locked file's descriptor, while this process holds it
 
 
@@ -86,7 +87,7 @@ def _acquire(checkpoint: Path, purpose: str) -> tuple[IO[str], bool]:
 def _locked(lock: IO[str], checkpoint: Path) -> bool:
     """Lock it now; or, when the process that took the lock is gone (its JVM, or the JVM's children,
     still hold it open while they exit), once they have exited: at most ORPHAN_WAIT_SECONDS."""
-    deadline = None
+    started, said = None, False
     while True:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -97,18 +98,21 @@ def _locked(lock: IO[str], checkpoint: Path) -> bool:
                 return False  # no kernel lock table to tell a live holder from an ending one
             if locker is not None and _alive(locker):
                 return False
-            if deadline is None:
-                deadline = time.monotonic() + ORPHAN_WAIT_SECONDS
+            now = time.monotonic()
+            if started is None:
+                started = now
+            elif now - started > ORPHAN_WAIT_SECONDS:
+                return False
+            elif not said and now - started > SAY_WAIT_AFTER_SECONDS:  # a killed JVM is gone by then, unsaid
                 orphan = _orphaned_holder(checkpoint)
-                if orphan is not None:  # a JVM runs on; one already killed exits in moments, unsaid
+                if orphan is not None:
+                    said = True
                     print(
                         f"checkpoint: waiting for process {orphan}, the Spark JVM of a job whose Python ended, to"
                         f" exit (it still holds {checkpoint}; at most {ORPHAN_WAIT_SECONDS:.0f} s)",
                         file=sys.stderr,
                         flush=True,
                     )
-            elif time.monotonic() > deadline:
-                return False
             time.sleep(0.05)
 
 

@@ -313,7 +313,7 @@ def test_report_spells_out_every_step():
         ),
         (
             "custom_state",
-            "rows = active keys",
+            "rows = active keys x rows per key",
             "session_timeout 30 minutes (query.custom_state.session_timeout); key_cardinality unknown",
         ),
     ],

@@ -427,9 +427,9 @@ OPERATORS: dict[str, Operator] = {
             output_rate=_same_rate,
             formula=(
                 "per active key, a row for each value or list state the processor declares (a list is one row"
-                " whatever its length) and a row per entry of each map state; a key is active until the watermark"
-                " passes its last event plus the session timeout, a variable with a time to live for that long:"
-                " rows = active keys x rows per key (the template's processor: one value state)"
+                " whatever its length; the template's processor: one value state) and a row per entry of each map"
+                " state; a key is active until the watermark passes its last event plus the session timeout, a"
+                " variable with a time to live for that long: rows = active keys x rows per key"
             ),
             rows=_custom_state_rows,
             sizing_inputs=("session_timeout", "key_cardinality", "trigger", "state_variables", "map_entries_per_key"),

@@ -118,6 +118,14 @@ def test_kafka_follows_the_minor_and_delta_spark_is_refused_where_delta_has_no_b
     )
 
 
+def test_a_pinned_kafka_connector_is_the_one_fetched(make_settings):
+    """spark.kafka_connector_version: a project pins the connector its Maven serves, or a vendor's build."""
+    pinned = make_settings({**KAFKA_SOURCE, "spark": {"kafka_connector_version": "4.2.0"}})
+    assert [c.coordinate for c in required_connectors(pinned, "4.3.0")] == [
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+    ]
+
+
 def test_missing_connectors_asks_the_real_class_loader(spark):
     # The shared session starts with the Kafka connector (conftest._shared_session), not delta-spark.
     present = Connector("test", "x:y:1", "org.apache.spark.sql.kafka010.KafkaSourceProvider")

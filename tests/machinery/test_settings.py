@@ -79,6 +79,10 @@ BAD_VALUES = [
     ({"query": {"watermark": "99999999999 days"}}, "'99999999999 days' is longer than 36,500 days; write a shorter"),
     ({"capacity": {"state_growth_factor": 1e9}}, "capacity.state_growth_factor = 1000000000.0: Input should be less"),
     ({"spark": {"shuffle_partitions": -3}}, "spark.shuffle_partitions = -3: Input should be greater than 0"),
+    (
+        {"spark": {"kafka_connector_version": "latest"}},
+        "spark.kafka_connector_version = 'latest': String should match pattern",
+    ),
     # pydantic reads true as 1: one partition pinned into a new checkpoint, without a word.
     ({"spark": {"shuffle_partitions": True}}, "spark.shuffle_partitions = True: true is not a number"),
     ({"capacity": {"state_bytes_per_row": False}}, "capacity.state_bytes_per_row = False: false is not a number"),

@@ -49,11 +49,12 @@ def spark_minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-def kafka_connector_version(spark_version: str) -> str:
-    """The connector of Spark's minor release, x.y.0: Spark publishes it with the minor, and it runs on
-    the minor's patch releases (4.2.0 on pyspark 4.2.1, tested here, where 4.2.1's is not served; a
-    connector of another minor fails with NoSuchMethodError)."""
-    return f"{spark_minor(spark_version)}.0"
+def kafka_connector_version(spark_version: str, pinned: str | None = None) -> str:
+    """spark.kafka_connector_version when set; else the connector of Spark's minor release, x.y.0: Spark
+    publishes it with the minor, and it runs on the minor's patch releases (4.2.0 on pyspark 4.2.1,
+    tested here, where 4.2.1's is not served). A connector of another minor is the user's pin: whether
+    it runs depends on the two releases."""
+    return pinned or f"{spark_minor(spark_version)}.0"
 
 
 def required_connectors(settings: Settings, spark_version: str = pyspark.__version__) -> list[Connector]:
@@ -63,7 +64,8 @@ def required_connectors(settings: Settings, spark_version: str = pyspark.__versi
         connectors.append(
             Connector(
                 " and ".join(f"{section}.type kafka" for section in kafka_endpoints),
-                f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{kafka_connector_version(spark_version)}",
+                f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:"
+                + kafka_connector_version(spark_version, settings.spark.kafka_connector_version),
                 "org.apache.spark.sql.kafka010.KafkaSourceProvider",
             )
         )

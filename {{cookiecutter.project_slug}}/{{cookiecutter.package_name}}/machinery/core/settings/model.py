@@ -144,6 +144,13 @@ class SparkSettings(Section):
         default_factory=dict, description="a mapping of Spark conf names to environment variable NAMES"
     )
     fetch_packages: bool = Field(True, description="true or false")
+    # The Kafka connector (spark-sql-kafka-0-10) to fetch; null: Spark's minor release x.y.0, which
+    # Spark publishes with the minor. Pin another where your Maven serves only that one, or a vendor's build.
+    kafka_connector_version: str | None = Field(
+        None,
+        pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([.-][A-Za-z0-9.-]+)?$",
+        description="a Maven version such as 4.2.0, or null for Spark's own minor",
+    )
     # The driver JVM's heap (spark.driver.memory) when the job starts it: `python main.py` and
     # `make submit`. A local run's executors are the driver: the sizing writes what its state needs.
     driver_memory: str = Field("1g", description="a Spark memory size such as 1g or 4g")

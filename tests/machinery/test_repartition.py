@@ -214,8 +214,13 @@ def test_repartition_refusals_name_the_way_out_and_change_nothing(spark, make_se
             assert second.returncode == 4
             assert f"checkpoint error: {checkpoint} is in use by process {job.pid}" in second.stderr
         finally:
-            job.kill()  # a lock dies with its process: a crashed job leaves nothing to clean up
+            # A lock dies with the job's processes, its Python and its JVM: a crashed job leaves nothing to
+            # clean up (the JVM, killed too, takes moments to be gone).
+            os.killpg(job.pid, signal.SIGKILL)
             job.wait(timeout=120)
+    deadline = time.monotonic() + 30
+    while holder(checkpoint) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert holder(checkpoint) is None
 
     # The HDFS-backed store: Spark cannot repartition it; the refusal says what can be done.

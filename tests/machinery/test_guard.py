@@ -360,7 +360,7 @@ def stateful_query(events, query, join_events=None):  # type: ignore[no-redef]
 """
 
 
-def test_a_restart_after_a_failed_first_batch_runs_and_is_not_called_stateless(spark, tmp_path):
+def test_a_restart_after_a_first_batch_that_broke_runs_and_is_not_called_stateless(spark, tmp_path):
     """A processor whose init fails (a user's bug; in the report, its worker could not import protobuf)
     fails the first batch while Spark plans it: nothing committed, no state folder. The restart with the
     query fixed was refused as "holds no state: its query ran no stateful operator". It now runs."""

@@ -3,8 +3,9 @@
 Spark does not stop a second process from writing the same checkpoint (two drivers, or a
 repartition under a running job): both write the next batch and the checkpoint is damaged. The
 holder takes an exclusive lock on the empty file `<checkpoint>/.running` for as long as it works
-and removes the file when done; the kernel drops the lock when the process ends, even by SIGKILL,
-so a crash leaves at most an empty file that locks nothing, and nothing is ever written into it. Only a checkpoint on the local file system can be locked.
+and removes the file when done; the kernel drops the lock when its processes end (the holder and the
+JVM it started), even by SIGKILL, so a crash leaves at most an empty file that locks nothing, and
+nothing is ever written into it. Only a checkpoint on the local file system can be locked.
 
 The driver JVM a holder starts shares the lock (it inherits the locked file, held_lock_fds): Python
 killed alone (`kill -9` of its pid), the JVM runs on for a few seconds, still writing, until it sees

@@ -105,7 +105,7 @@ def _locked(lock: IO[str], checkpoint: Path) -> bool:
             elif now - started > ORPHAN_WAIT_SECONDS:
                 return False
             elif not said and now - started > SAY_WAIT_AFTER_SECONDS:  # a killed JVM is gone by then, unsaid
-                orphan = _orphaned_holder(checkpoint)
+                orphan = _orphaned_holder(checkpoint, locker)
                 if orphan is not None:
                     said = True
                     print(
@@ -152,10 +152,10 @@ def holder(checkpoint: Path) -> str | None:
 
 def _process(checkpoint: Path) -> str:
     """The holder's pid from the kernel's lock table (Linux), to name it; an orphaned JVM by its own."""
-    orphan = _orphaned_holder(checkpoint)
+    locker = _locker(checkpoint)
+    orphan = _orphaned_holder(checkpoint, locker)
     if orphan is not None:
         return f"process {orphan} (the Spark JVM of a job whose Python ended; it exits within seconds)"
-    locker = _locker(checkpoint)
     return "another process" if locker is None else f"process {locker}"
 
 
@@ -182,10 +182,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _orphaned_holder(checkpoint: Path) -> int | None:
-    """A process holding the lock though the one that took it is gone (a JVM that inherited it), by pid:
-    of the processes that hold the locked file open (a JVM's own children may too), the eldest."""
-    locker = _locker(checkpoint)
+def _orphaned_holder(checkpoint: Path, locker: int | None) -> int | None:
+    """A process holding the lock though `locker`, the one that took it (_locker), is gone (a JVM that
+    inherited it), by pid: of the processes that hold the locked file open (a JVM's own children may
+    too), the eldest."""
     if locker is None or _alive(locker):
         return None
     path, holders = str(checkpoint / LOCK_FILE), {}

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= build/demo
 
-.PHONY: help setup check-java demo connectors jvm-archive test test-all test-fast lint bench-overhead clean
+.PHONY: help setup check-java demo connectors jvm-archive real-time-spark test test-all test-fast lint bench-overhead clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,7 +27,7 @@ demo: setup check-java ## bake with the default answers, run the job for a few b
 	$(MAKE) -C $(DEMO_DIR)/stream-job demo VENV=$(CURDIR)/$(VENV)
 
 test: setup check-java ## run all tests: bakes, bad answers, and the generated projects' own tests and ruff
-	$(MAKE) --no-print-directory -j2 connectors jvm-archive
+	$(MAKE) --no-print-directory -j2 connectors jvm-archive real-time-spark
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 connectors: setup check-java ## fetch the delta-spark and Kafka connector JARs (Ivy) and the local Kafka broker (mvn), once, from Maven Central
@@ -36,8 +36,11 @@ connectors: setup check-java ## fetch the delta-spark and Kafka connector JARs (
 jvm-archive: setup check-java ## write the class-data archive the tests' Spark JVMs start from (about 25 s, once per pyspark release)
 	$(BIN)/python tests/class_archive.py
 
+real-time-spark: setup ## the pyspark 4.3.0 the real-time proofs run on, over .venv's packages, in build/ (seconds, once)
+	$(BIN)/python tests/real_time_spark.py
+
 test-all: setup check-java ## make test plus the secondary proofs, the soak and the overhead benchmark's smoke run, which CI leaves out (about 28 minutes on 2 cores)
-	$(MAKE) --no-print-directory -j2 connectors jvm-archive
+	$(MAKE) --no-print-directory -j2 connectors jvm-archive real-time-spark
 	TEST_ALL=1 $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 test-fast: setup ## the tests that run no generated test suite

@@ -53,6 +53,7 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
     machinery = load_machinery(Path(template_root) / MACHINERY)
     found = name_problems(answers) + number_problems(answers, machinery["sizing.capacity"].MAXIMA)
     found += duration_problems(answers, machinery["durations"])
+    found += real_time_problems(answers, machinery["real_time"])
     result: dict[str, Any] = {"problems": found, "warnings": []}
     if found:
         return result
@@ -60,24 +61,27 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
         machinery[f"sizing.{name}"] for name in ("capacity", "partitions", "core_rates")
     )
     operators = machinery["operators"].STARTERS[answers["stateful_operator"]]
+    real_time = machinery["real_time"] if answers["real_time"] else None
+    if real_time:
+        operators = (real_time.STARTERS[answers["stateful_operator"]],)
     cores = optional_whole(answers["max_cores"])
     explicit = optional_whole(answers["shuffle_partitions"])
     count = explicit or partitions.base_count(cores)
     try:
-        sizing, decision = size(capacity, operators, answers, count)
-        rate_cores = core_rates.advise(sizing, decision.provider)
+        sizing, decision = size(capacity, operators, answers, count, real_time)
+        rate_cores = core_rates.advise(sizing, decision.provider, real_time and real_time.REAL_TIME)
         advice = partitions.advise(cores, decision.provider, sizing, rate_cores.cores_with_growth)
         if explicit is None and advice.recommended != count:
             # auto: the cores or the state ask for another count than the first guess; size again at it.
             first = (count, sizing, decision)
             count = advice.recommended
-            sizing, decision = size(capacity, operators, answers, count)
+            sizing, decision = size(capacity, operators, answers, count, real_time)
             if cores is None and decision.provider != first[2].provider:
                 # The rate's cores asked for so many partitions that each would hold less than the threshold:
                 # that spreads the heap, it does not shrink it. The first count and decision stand.
                 count, sizing, decision = first
                 advice = partitions.advise(cores, decision.provider, sizing)
-            rate_cores = core_rates.advise(sizing, decision.provider)
+            rate_cores = core_rates.advise(sizing, decision.provider, real_time and real_time.REAL_TIME)
     except ValueError as error:  # a pairing such as custom_state with hdfs
         result["problems"] = [f"{error}."]
         return result
@@ -122,7 +126,7 @@ def load_machinery(folder: Path) -> dict[str, ModuleType]:
     sys.modules[name] = package
     try:
         spec.loader.exec_module(package)
-        modules = ("durations", "operators", "sizing.capacity", "sizing.partitions", "sizing.core_rates")
+        modules = ("durations", "operators", "real_time", "sizing.capacity", "sizing.partitions", "sizing.core_rates")
         return {module: importlib.import_module(f"{name}.core.{module}") for module in modules}
     finally:
         for loaded in [key for key in sys.modules if key == name or key.startswith(f"{name}.")]:
@@ -230,6 +234,29 @@ def duration_problems(answers: dict[str, Any], durations: ModuleType) -> list[st
     return found
 
 
+def real_time_problems(answers: dict[str, Any], real_time: ModuleType) -> list[str]:
+    """What real_time needs of the other answers (machinery/core/real_time.py holds Spark's rules), one line each."""
+    if not answers["real_time"]:
+        return []
+    found = []
+    why = "real_time (Spark's real-time mode)"
+    if answers["source"] not in real_time.SOURCES:
+        found.append(f"real_time needs source kafka: {why} reads only from Kafka; answer source kafka or real_time no.")
+    if answers["sink"] not in real_time.SINKS:
+        found.append(
+            f"real_time needs sink kafka or console, not {answers['sink']}: {why} writes to no other sink; answer"
+            " one of them or real_time no."
+        )
+    if answers["stateful_operator"] not in real_time.STARTERS:
+        found.append(
+            f"real_time runs no {answers['stateful_operator']}: {why} runs a deduplication and an aggregation without"
+            " a session window; answer deduplication or windowed_aggregation, or real_time no."
+        )
+    if answers["state_store_provider"] == "hdfs":
+        found.append(f"real_time needs the rocksdb store: {why} refuses hdfs; answer rocksdb or auto.")
+    return found
+
+
 def number(text: Any) -> float:
     return float(str(text).strip())
 
@@ -260,10 +287,20 @@ def optional_whole(text: Any) -> int | None:
     return None if text == "auto" else int(text)
 
 
-def size(capacity: ModuleType, operators: tuple[str, ...], answers: dict[str, Any], partitions: int) -> tuple[Any, Any]:
-    """The estimate of the starter's operators at this partition count and the provider decision it leads to."""
-    sizing = capacity.estimate_chain(operators, **sizing_inputs(answers, partitions))
-    return sizing, capacity.decide(answers["state_store_provider"], bool(answers["changelog_checkpointing"]), sizing)
+def size(
+    capacity: ModuleType,
+    operators: tuple[str, ...],
+    answers: dict[str, Any],
+    partitions: int,
+    real_time: ModuleType | None = None,
+) -> tuple[Any, Any]:
+    """The estimate of the starter's operators at this partition count and the provider decision it leads to;
+    with real_time (the machinery's module, for a real-time bake) at its batch duration."""
+    own = [real_time.STARTER_INPUTS.get(name, {}) if real_time else {} for name in operators]
+    trigger = {"trigger": real_time.REAL_TIME} if real_time else {}
+    sizing = capacity.estimate_chain(operators, own_inputs=own, **sizing_inputs(answers, partitions), **trigger)
+    provider = real_time.PROVIDER if real_time else answers["state_store_provider"]  # Spark's rule: no hdfs
+    return sizing, capacity.decide(provider, bool(answers["changelog_checkpointing"]), sizing)
 
 
 def sizing_inputs(answers: dict[str, Any], partitions: int) -> dict[str, Any]:

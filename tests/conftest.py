@@ -132,9 +132,12 @@ def shared_session():
     return spark
 
 
-def run_in(project: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run `python args...` inside a baked project, with this interpreter."""
-    return subprocess.run([sys.executable, *args], cwd=project, capture_output=True, text=True, timeout=timeout)
+def run_in(
+    project: Path, *args: str, timeout: float = 600, python: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `python args...` inside a baked project, with this interpreter or `python`."""
+    command = [str(python or sys.executable), *args]
+    return subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from . import real_time_spark
 from .conftest import DEFAULT_BAKE, OTHER_BAKES, TEMPLATE, bake, run_in
 
 pytestmark = pytest.mark.slow
@@ -74,20 +75,35 @@ BAKES = [
         marks=OTHER_BAKES,
         id="windowed_aggregation:chains-and-state-files",
     ),
+    # Spark's real-time mode, on pyspark 4.3.0 (tests/real_time_spark.py) with the Kafka connector 4.2.0, the
+    # newest the Maven Central mirror here serves (4.3.0's is not; 4.2.0 runs under Spark 4.3.0).
+    pytest.param(
+        {"source": "kafka", "sink": "kafka", "real_time": True},
+        "real_time",
+        marks=OTHER_BAKES,
+        id="real-time:pyspark-4.3.0",
+    ),
 ]
+REAL_TIME_CONNECTOR = "4.2.0"
 
 
 @pytest.mark.parametrize(("answers", "markers"), BAKES)
 def test_machinery_proofs_pass_in_a_real_bake(out, answers, markers, request):
     project = bake(out, **answers)
     shutil.copytree(PROOFS, project / "machinery_tests", ignore=shutil.ignore_patterns("__pycache__"))
+    python = None
+    if answers.get("real_time"):
+        settings = project / "settings.yaml"
+        pinned = f'kafka_connector_version: "{REAL_TIME_CONNECTOR}"'
+        settings.write_text(settings.read_text().replace("kafka_connector_version: null", pinned))
+        python = real_time_spark.PYTHON
     # -p tests.conftest: the bake's own Spark session fixture serves the proofs too.
     command = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", "machinery_tests", "-m", markers]
     # Each run takes at most about 10 minutes on 2 cores in CI (14 with make test-all's secondary proofs).
     # Each proof's duration, in JUnit XML under build/ beside the template's own (their 20 slowest in the log).
     name = f"machinery-{request.node.callspec.id.replace(':', '-')}"
     junit = TEMPLATE / "build" / "junit" / f"{name}.xml"
-    tests = run_in(project, *command, "--durations=20", f"--junitxml={junit}", timeout=1800)
+    tests = run_in(project, *command, "--durations=20", f"--junitxml={junit}", timeout=1800, python=python)
     # The proofs' whole output (a JVM's own words when it died at its start among them, and their 20
     # slowest: where CI's time goes) and the bake's JVM-start and connector-resolution logs, under build/.
     logs = TEMPLATE / "build" / "logs" / name

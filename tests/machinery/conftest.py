@@ -116,6 +116,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "delta_spark: needs Delta Lake's JVM build for the installed Spark (there is none for Spark 4.3)",
         "chains: queries of several stateful operators written into a copy of the project (test_chains.py)",
         "state_files: the state's files moved or damaged: savepoints, integrity faults (a second default bake runs them)",
+        "real_time: Spark's real-time mode run for real (pyspark 4.3 and a broker): CI's real-time bake runs them",
     ):
         config.addinivalue_line("markers", marker)
 
@@ -436,7 +437,7 @@ def _shared_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
 
 
 # Settings whose job reads Kafka: the connector they need is the one the shared session starts with.
-KAFKA_SOURCE = {"source": {"type": "kafka"}, "sink": {"type": "parquet"}}
+KAFKA_SOURCE = {"source": {"type": "kafka"}, "sink": {"type": "parquet", "output_mode": "append"}}
 
 
 @pytest.fixture(autouse=True)

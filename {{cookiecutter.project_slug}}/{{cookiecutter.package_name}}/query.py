@@ -1,4 +1,4 @@
-{%- set op = cookiecutter.stateful_operator -%}
+{%- set op = "drop_duplicates" if cookiecutter.real_time and cookiecutter.stateful_operator == "deduplication" else cookiecutter.stateful_operator -%}
 """Your query: the events it reads, the stateful steps it runs, and how a sample event looks.
 
 This module is yours to edit, and the query may hold any stateful operators Spark allows, chained:
@@ -117,6 +117,19 @@ def stateful_query(events: DataFrame, query: QuerySettings, join_events: DataFra
     """
     watermarked = wanted(events, query).withWatermark("event_time", query.watermark)
     return watermarked.dropDuplicatesWithinWatermark(["event_id"]).select(*EVENT_COLUMNS)
+{%- elif op == "drop_duplicates" %}
+
+
+def stateful_query(events: DataFrame, query: QuerySettings, join_events: DataFrame | None = None) -> DataFrame:
+    """Each event once: a repeat (the same event_id and event_time, as a source that delivers at least once
+    repeats an event) is dropped, in Spark's real-time mode.
+
+    Real-time mode runs dropDuplicates, not dropDuplicatesWithinWatermark; with the watermarked event time
+    among its columns, state holds each (id, time) until the watermark passes the time, so it stays bounded.
+    An event older than the watermark is dropped as too late.
+    """
+    watermarked = wanted(events, query).withWatermark("event_time", query.watermark)
+    return watermarked.dropDuplicates(["event_id", "event_time"]).select(*EVENT_COLUMNS)
 {%- elif op == "stream_stream_join" %}
 
 

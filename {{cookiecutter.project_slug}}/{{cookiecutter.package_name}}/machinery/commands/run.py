@@ -25,6 +25,7 @@ from ..core.text import first_line
 from ..job.endpoints.sinks import require_deltalake
 from ..job.guard import GuardReport, check_checkpoint
 from ..job.java import launched_by_spark_submit
+from ..job.real_time_checks import refuse_before_spark
 from ..job.state_checks import local_checksum_failures
 from .arguments import (
     EXIT_CHECKPOINT_DRIFT,
@@ -56,6 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     problems = settings.problems_before_run()
     if problems:
         raise SettingsError(problems)
+    refuse_before_spark(settings)
     remarks_to = settings.monitoring.remarks_to(sys.stdout)
     # The lock keeps a second job or a repartition off this checkpoint while the guard reads it and
     # the job runs; Spark starts only after the checks (in _run), so that bad input never starts a JVM.

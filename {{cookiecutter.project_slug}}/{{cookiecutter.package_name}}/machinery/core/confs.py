@@ -11,6 +11,8 @@ PROVIDER_CONF = f"{STATE_STORE}.providerClass"
 PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 ENCODING_CONF = f"{STATE_STORE}.encodingFormat"
 CHANGELOG_CONF = f"{STATE_STORE}.rocksdb.changelogCheckpointing.enabled"
+# Spark's shortest real-time batch (5 s by default): the job sets it to query.trigger's real_time duration.
+MIN_BATCH_CONF = "spark.sql.streaming.realTimeMode.minBatchDuration"
 PROVIDER_CLASSES = {
     "oss": {
         "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
@@ -52,6 +54,7 @@ MANAGED_CONFS = {
     "spark.sql.streaming.minBatchesToRetain": "state_store.min_batches_to_retain",
     ENCODING_CONF: "state_store.encoding_format",
     "spark.sql.streaming.metricsEnabled": "monitoring.metrics_enabled",
+    MIN_BATCH_CONF: "query.trigger",
     **{conf: f"state_store.integrity.{field}" for field, conf in INTEGRITY_CONFS.items()},
 }
 MANAGED_PREFIXES = {f"{STATE_STORE}.rocksdb.": "state_store.rocksdb"}

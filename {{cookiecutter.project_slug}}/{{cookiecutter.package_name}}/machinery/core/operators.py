@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import real_time
 from .durations import AVAILABLE_NOW, named_duration
 from .figures import num, require_positive
 
@@ -191,9 +192,12 @@ def _join_delay(join_range: str = "15 minutes", trigger: str = "10 seconds", **_
 
 
 def batch_seconds(trigger: str) -> float:
-    """The event time one batch covers at steady state: the trigger interval (none for available_now,
-    whose batches are as large as the backlog)."""
-    return 0.0 if trigger == AVAILABLE_NOW else named_duration("trigger", trigger)
+    """The event time one batch covers at steady state: the trigger interval, a real-time batch's duration
+    (its state is committed, and the watermark moves, at its end), none for available_now (whose batches
+    are as large as the backlog)."""
+    if trigger == AVAILABLE_NOW:
+        return 0.0
+    return named_duration("trigger", real_time.batch_duration(trigger) or trigger)
 
 
 def _deduplication_rows(rate: float, watermark_s: float, trigger: str) -> Rows:
@@ -557,7 +561,8 @@ BY_PLAN_NODE = {op.plan_node: op.name for op in OPERATORS.values() if op.plan_no
 def held_operator(spark_name: str, key_schema: dict | None) -> str:
     """Ours for an operator a checkpoint holds, given the key schema of its state when known: Spark
     writes `stateStoreSave` for an aggregation with and without a window; a window is in the key as a
-    struct of start and end, whatever its column is called."""
+    struct of start and end, whatever its column is called. Real-time mode's name is micro-batch's here."""
+    spark_name = real_time.STATE_NAMES.get(spark_name, spark_name)
     name = BY_SPARK_NAME.get(spark_name, spark_name)
     if spark_name != OPERATORS["aggregation"].spark_name or key_schema is None:
         return name

@@ -147,7 +147,13 @@ def format_version_drifts(settings: Settings, checkpoint: CheckpointRead) -> lis
             str(wanted),
             str(held),
             f"the state was written in format version {held} (see the commit records in {checkpoint.checkpoint}/commits), and"
-            f" Spark would look for its files as version {wanted} names them.",
+            f" Spark would look for its files as version {wanted} names them."
+            + (
+                " Spark's real-time mode (query.trigger real_time) runs on format version 2 only: keep an interval"
+                " trigger on this checkpoint."
+                if settings.query.real_time and held == 1
+                else ""
+            ),
         )
     ]
 

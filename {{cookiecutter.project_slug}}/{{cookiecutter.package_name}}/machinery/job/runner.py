@@ -22,6 +22,7 @@ from .heap import OutOfMemory, local_probe, out_of_memory_line, start_warning
 from .progress import ProgressPrinter, StateWatchdog
 from .python_modules import require_operator_modules
 from .query_plan import query_result, read_plan
+from .real_time_checks import refuse_too_few_slots
 from .state_fit import check_fit
 from .stopping import StopSignals, stop_on_batch_boundary, terminated
 
@@ -95,6 +96,7 @@ def run_query(
     remarks_to = monitoring.remarks_to(progress_to)
     result = build_result(spark, settings)
     plan = follow_plan(result, settings, held, remarks_to)
+    refuse_too_few_slots(spark, settings, plan)
     endless = None if max_batches is not None else settings.endless_run(plan)
     if endless:
         raise SettingsError([endless])

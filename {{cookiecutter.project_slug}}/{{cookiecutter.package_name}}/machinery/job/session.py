@@ -13,10 +13,12 @@ from pathlib import Path
 import py4j as py4j_package
 from pyspark.sql import SparkSession
 
+from ..core import real_time
 from ..core.confs import (
     CHANGELOG_CONF,
     ENCODING_CONF,
     INTEGRITY_CONFS,
+    MIN_BATCH_CONF,
     PARTITIONS_CONF,
     PROVIDER_CLASSES,
     PROVIDER_CONF,
@@ -43,6 +45,8 @@ def spark_confs(settings: Settings) -> dict[str, str]:
     }
     if settings.monitoring.metrics_enabled:
         confs["spark.sql.streaming.metricsEnabled"] = "true"
+    if settings.query.real_time:  # Spark refuses a batch shorter than its minimum: the setting's is the one
+        confs[MIN_BATCH_CONF] = f"{real_time.batch_ms(settings.query.trigger)}ms"
     confs.update({conf: _text(getattr(store.integrity, field)) for field, conf in INTEGRITY_CONFS.items()})
     if store.provider == "rocksdb":
         confs[CHANGELOG_CONF] = _text(store.changelog_checkpointing)

@@ -29,12 +29,14 @@ from collections.abc import Sequence
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
+from ..core import real_time
 from ..core.checkpoint.files import START_OVER, CheckpointRead, CheckpointUnreadable
 from ..core.operators import BY_SPARK_NAME
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
 from ..core.settings import Settings, SettingsError
 from .output_check import columns
 from .query_plan import fit_problems, read_plan, refuse_what_spark_refuses
+from .real_time_checks import refuse_python
 from .schema_evolution import StateSchemaRefused, state_schema_drift
 
 RECORD_NAME = "state_key.json"
@@ -58,9 +60,11 @@ def operators_drift(plan: Sequence[PlanOperator], held: CheckpointRead | None, c
             f" at the first batch. Either change the query back, or {START_OVER}."
         )
     # Spark checks the names it wrote into the state metadata against the plan's, by operator id.
-    if [info["operatorName"] for info in held.operators] == [operator.spark_name for operator in plan]:
+    # (real-time mode writes another name for the same state: the one micro-batch mode writes stands for it)
+    names = [real_time.STATE_NAMES.get(info["operatorName"], info["operatorName"]) for info in held.operators]
+    if names == [operator.spark_name for operator in plan]:
         return None
-    recorded = [_BY_SPARK_NAME.get(info["operatorName"], info["operatorName"]) for info in held.operators]
+    recorded = [_BY_SPARK_NAME.get(name, name) for name in names]
     if not recorded:
         return None
     held_flow = list(reversed(recorded))
@@ -208,6 +212,7 @@ def check_fit(
     problems = fit_problems(result.sparkSession, settings, plan)
     if problems:
         raise SettingsError(problems)
+    refuse_python(result, settings)
     refuse_what_spark_refuses(result, settings)
     note = check_state_key(result.sparkSession, result, location, record_key)
     refused, accepted = state_schema_drift(result, plan, held, location)

@@ -30,6 +30,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .. import real_time
 from ..checkpoint.files import local_checkpoint
 from ..checkpoint.sink_log import DELTA_LOG, LOG_DIR
 from ..confs import MANAGED_CONFS, MANAGED_PREFIXES
@@ -122,6 +123,11 @@ def _conf_scalar(value: Any) -> Any:
     return value
 
 
+def _number_from_text(value: Any) -> Any:
+    """An environment override arrives as text: '2' is the number 2 for a choice among numbers."""
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else value
+
+
 # One line for a bad value, not one per member of the union.
 ConfValue = Annotated[str | int | float | bool, BeforeValidator(_conf_scalar)]
 
@@ -211,7 +217,9 @@ class IntegritySettings(Section):
     The defaults are Spark 4.2's own, which is what checkpoints written before these settings hold."""
 
     # 2: each state version's files carry a unique id named in the commit log; needed for file checksums.
-    checkpoint_format_version: Literal[1, 2] = Field(1, description="1 or 2 (2 needs provider rocksdb)")
+    checkpoint_format_version: Annotated[Literal[1, 2], BeforeValidator(_number_from_text)] = Field(
+        1, description="1 or 2 (2 needs provider rocksdb)"
+    )
     # A checksum file beside each state file (format version 2 only); a mismatch fails the load.
     file_checksums: bool = Field(True, description="true or false")
     # A checksum in each state row, checked when state is loaded; pinned by a checkpoint.
@@ -488,7 +496,10 @@ class QuerySettings(Section):
     join: JoinSettings = Field(default_factory=JoinSettings)
     custom_state: CustomStateSettings = Field(default_factory=CustomStateSettings)
     checkpoint_location: Folder = Field(description="a directory path or URI")
-    trigger: str = Field("10 seconds", description="an interval such as '10 seconds', or available_now")
+    trigger: str = Field(
+        "10 seconds",
+        description="an interval such as '10 seconds', available_now, or real_time (Spark 4.3; or real_time 30 seconds)",
+    )
     # How long a stop (SIGTERM, --max-batches, --timeout) waits for the batch in flight to commit.
     stop_timeout: Duration = Field("2 minutes", description="a Spark interval such as '2 minutes'")
     # The query's own business parameters: a mapping here, an instance of the query module's Params
@@ -517,7 +528,14 @@ class QuerySettings(Section):
     @field_validator("trigger")
     @classmethod
     def _trigger(cls, value: str) -> str:
-        return value if value == AVAILABLE_NOW else _duration(value)
+        if value == AVAILABLE_NOW:
+            return value
+        return real_time.checked_trigger(value) if real_time.batch_duration(value) else _duration(value)
+
+    @property
+    def real_time(self) -> bool:
+        """Whether the query runs in Spark's real-time mode (long-running batches, results as records arrive)."""
+        return real_time.batch_duration(self.trigger) is not None
 
     @field_validator("max_event_time_ahead", mode="before")
     @classmethod
@@ -730,6 +748,8 @@ class Settings(BaseSettings):
         flow = flow_order(plan)
         kinds = [operator.kind for operator in flow]
         problems = self.operator_problems(kinds, [operator.join_type for operator in flow if operator.join_type])
+        if self.query.real_time:
+            problems += self.real_time_problems() + real_time.operator_problems(kinds, f"the query runs {chain(kinds)}")
         entries = self.capacity.operators
         if entries and len(entries) != len(flow):
             problems.append(
@@ -758,10 +778,25 @@ class Settings(BaseSettings):
             " --max-batches, or time the state out by event time"
         )
 
+    def real_time_problems(self) -> list[str]:
+        """What a real-time trigger needs of the source, the sink and the store (none for another trigger)."""
+        if not self.query.real_time:
+            return []
+        store = self.state_store
+        return real_time.settings_problems(
+            {section: source.type for section, source in self.inputs.items()},
+            self.sink.type,
+            self.sink.output_mode,
+            store.provider,
+            store.integrity.checkpoint_format_version,
+        )
+
     def problems_before_run(self) -> list[str]:
-        """What a run needs beyond valid settings: landing directories that exist, secrets that are set,
-        and a checkpoint and output location this process can write to."""
-        problems = [problem for section, source in self.inputs.items() for problem in _input_problems(section, source)]
+        """What a run needs beyond valid settings: a source, sink and store that fit the trigger, landing
+        directories that exist, secrets that are set, and a checkpoint and output location this process can
+        write to."""
+        problems = self.real_time_problems()
+        problems += [problem for section, source in self.inputs.items() for problem in _input_problems(section, source)]
         problems += unset_secrets(self.spark.secret_conf_variables)
         problems += _write_problems("query.checkpoint_location", self.query.checkpoint_location)
         if self.sink.writes_files:

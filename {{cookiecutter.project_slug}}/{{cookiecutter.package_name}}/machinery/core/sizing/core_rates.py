@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .. import real_time
 from ..durations import named_duration
 from ..figures import cores_text, num
 from ..operators import batch_seconds, measured_as
@@ -166,6 +167,14 @@ def advise(sizing: Estimate, provider: str, trigger: str | None = None) -> CoreA
         f"cores needed = {busy:.2f} / {TARGET_LOAD:.0%} load = {num(needed)}"
         + (f"; with growth x{num(sizing.growth_factor)}: {num(with_growth)}" if with_growth != needed else "")
     )
+    if trigger is not None and real_time.batch_duration(trigger) is not None:
+        slots = real_time.slots_needed(1, sizing.shuffle_partitions, len(sizing.operators))
+        # Beside the rate's cores, not added to them: the tasks share their cores; the start checks the slots.
+        lines.append(
+            f"real-time mode runs all its tasks at once, each holding a task slot: {num(slots)} for a one-partition"
+            f" topic and {num(sizing.shuffle_partitions)} shuffle partitions, one more per further partition of the"
+            " source topic (the start checks them)"
+        )
     measured = max((measured_trigger(part.operator) for part in sizing.operators), key=batch_seconds)
     if trigger is not None and 0 < batch_seconds(trigger) < batch_seconds(measured):
         lines.append(

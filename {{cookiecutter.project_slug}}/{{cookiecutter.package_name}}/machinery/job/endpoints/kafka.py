@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
@@ -99,7 +100,9 @@ def _answers(address: str) -> bool:
         return False
 
 
-def _topics(spark: SparkSession, kafka: KafkaConnection, where: str, environ: Mapping[str, str]) -> set[str]:
+@contextmanager
+def _admin(spark: SparkSession, kafka: KafkaConnection, where: str, environ: Mapping[str, str]) -> Iterator[Any]:
+    """Kafka's AdminClient with the endpoint's options; a refusal or a timeout becomes KafkaEndpointError."""
     jvm: Any = spark._jvm
     properties = jvm.java.util.Properties()
     for key, value in connection_options(kafka, environ).items():
@@ -109,12 +112,40 @@ def _topics(spark: SparkSession, kafka: KafkaConnection, where: str, environ: Ma
     properties.setProperty("default.api.timeout.ms", str(ADMIN_TIMEOUT_SECONDS * 1000))
     admin = jvm.org.apache.kafka.clients.admin.Admin.create(properties)
     try:
-        names = admin.listTopics().names().get(ADMIN_TIMEOUT_SECONDS, jvm.java.util.concurrent.TimeUnit.SECONDS)
-        return {str(name) for name in names}
+        yield admin
     except Py4JJavaError as error:
         raise KafkaEndpointError(_explain(error, kafka, where)) from None
     finally:
         admin.close()
+
+
+def _answer(spark: SparkSession, future: Any) -> Any:
+    return future.get(ADMIN_TIMEOUT_SECONDS, spark._jvm.java.util.concurrent.TimeUnit.SECONDS)  # type: ignore[union-attr]
+
+
+def _topics(spark: SparkSession, kafka: KafkaConnection, where: str, environ: Mapping[str, str]) -> set[str]:
+    with _admin(spark, kafka, where, environ) as admin:
+        return {str(name) for name in _answer(spark, admin.listTopics().names())}
+
+
+def source_partitions(spark: SparkSession, settings: Settings, environ: Mapping[str, str] = os.environ) -> int:
+    """The partitions of the topics the Kafka source reads now (its topic list, or its pattern's matches):
+    a real-time batch reads each with a task of its own."""
+    kafka = settings.source.kafka
+    where = f"source.kafka.bootstrap_servers {kafka.bootstrap_servers}"
+    with _admin(spark, kafka, where, environ) as admin:
+        names = {str(name) for name in _answer(spark, admin.listTopics().names())}
+        if kafka.topic is not None:
+            read = {name.strip() for name in kafka.topic.split(",")} & names
+        else:
+            read = {name for name in names if re.fullmatch(str(kafka.topic_pattern), name)}
+        if not read:
+            return 0
+        topics = spark._jvm.java.util.ArrayList()  # type: ignore[union-attr]
+        for name in read:
+            topics.add(name)
+        described = _answer(spark, admin.describeTopics(topics).allTopicNames())
+        return sum(int(described.get(name).partitions().size()) for name in read)
 
 
 def _explain(error: Exception, kafka: KafkaConnection, where: str) -> str:

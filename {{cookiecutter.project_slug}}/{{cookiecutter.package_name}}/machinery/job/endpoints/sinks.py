@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from ...core import real_time
 from ...core.checkpoint.path_records import json_line
 from ...core.checkpoint.sink_log import DELTA_LOG
 from ...core.durations import AVAILABLE_NOW
@@ -83,6 +84,9 @@ def kafka_records(result: DataFrame, kafka: KafkaSinkSettings) -> DataFrame:
 def _with_trigger(writer: DataStreamWriter, trigger: str) -> DataStreamWriter:
     if trigger == AVAILABLE_NOW:
         return writer.trigger(availableNow=True)
+    batch = real_time.batch_duration(trigger)
+    if batch is not None:
+        return writer.trigger(realTime=batch)  # type: ignore[call-overload]  # pyspark's stubs lack the overload
     return writer.trigger(processingTime=trigger)
 
 

@@ -1,0 +1,312 @@
+"""Spark's real-time mode (`query.trigger: real_time`): its refusals, and its runs killed and restarted.
+
+The refusals run in the default bake on any Spark: the settings' (source, sink, output mode, store,
+format version) before a JVM starts, the plan's (an operator or Python outside Spark's allowlist) with the
+shared session, and Spark below 4.3. The runs need Spark 4.3 and a broker: CI runs them (marker
+`real_time`) in a real-time bake on pyspark 4.3.0 with the 4.2.0 Kafka connector (tests/test_machinery.py),
+each in one process killed with SIGKILL mid-stream and restarted in this one. The Kafka sink is at least
+once: a result written by the batch the kill abandoned is written again at the restart, the same record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyspark
+import pytest
+from stream_job.machinery.operations import local_kafka
+
+from .conftest import (
+    BAKED_OPERATOR,
+    PROJECT_DIR,
+    committed_batches,
+    deep_merge,
+    digest,
+    edited_query,
+    files_job,
+    project_copy,
+    run_cli,
+    run_main,
+    start_job,
+)
+from .test_exactly_once import logged_batches
+from .test_kafka_sink import records
+
+SPARK_WITH_REAL_TIME = tuple(int(part) for part in pyspark.__version__.split(".")[:2]) >= (4, 3)
+pytestmark = pytest.mark.streaming
+runs_real_time = [
+    pytest.mark.real_time,
+    pytest.mark.kafka,
+    pytest.mark.skipif(not SPARK_WITH_REAL_TIME, reason="real-time mode runs state from Spark 4.3 on"),
+]
+REAL_TIME = {
+    "sink": {"output_mode": "update"},
+    "state_store": {
+        "provider": "rocksdb",
+        "changelog_checkpointing": True,
+        "integrity": {"checkpoint_format_version": 2},
+    },
+    "query": {"trigger": "real_time 1 second"},
+}
+BASE_TIME = datetime(2026, 1, 5, tzinfo=UTC)
+
+
+def test_a_real_time_trigger_the_settings_do_not_fit_is_one_line_each_and_starts_nothing(write_settings, tmp_path):
+    changes = deep_merge(
+        files_job(tmp_path, "parquet", "hdfs"), {"query": {"trigger": "real_time"}, "sink": {"output_mode": "append"}}
+    )
+    changes["state_store"] = {
+        "provider": "hdfs",
+        "changelog_checkpointing": False,
+        "integrity": {"checkpoint_format_version": 1},
+    }
+    path = write_settings(changes)
+    before = digest(tmp_path)
+    refused = run_cli("run", "--settings", str(path))
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stderr.splitlines() == [
+        "settings error: query.trigger is real_time but source.type is files: Spark's real-time mode reads only from"
+        " Kafka; set source.type to kafka, or set query.trigger to an interval such as '1 second'",
+        "settings error: query.trigger is real_time but sink.type is parquet: Spark's real-time mode writes only to"
+        " Kafka or the console (its allowlist of sinks); set sink.type to kafka, or set query.trigger to an interval"
+        " such as '1 second'",
+        "settings error: query.trigger is real_time but sink.output_mode is append: Spark's real-time mode runs in"
+        " update mode only (each changed result written as it changes); set sink.output_mode to update",
+        "settings error: query.trigger is real_time but state_store.provider is hdfs: Spark's real-time mode refuses"
+        " the HDFS-backed store; set state_store.provider to rocksdb (on a new checkpoint if one exists)",
+    ]
+    assert digest(tmp_path) == before
+    short = write_settings(deep_merge(changes, {"query": {"trigger": "real_time 100 milliseconds"}}))
+    refused = run_cli("run", "--settings", str(short))
+    assert refused.returncode == 2
+    assert "query.trigger = 'real_time 100 milliseconds': real_time batches of 100 milliseconds would commit" in (
+        refused.stderr
+    )
+
+
+@pytest.mark.skipif(SPARK_WITH_REAL_TIME, reason="the refusal of a Spark without real-time mode for state")
+def test_a_real_time_trigger_on_spark_4_2_is_one_line_and_starts_no_jvm(write_settings, tmp_path):
+    kafka = {"type": "kafka", "kafka": {"bootstrap_servers": "127.0.0.1:9", "topic": "events"}}
+    changes = deep_merge(REAL_TIME, {"source": kafka, "sink": {"type": "console"}})
+    changes["query"]["checkpoint_location"] = str(tmp_path / "checkpoint")
+    refused = run_cli("run", "--settings", str(write_settings(changes)))
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stderr.splitlines() == [
+        f"settings error: query.trigger is real_time but this is Spark {pyspark.__version__}: a stateful query runs"
+        " in real time from Spark 4.3 on; pip install 'pyspark>=4.3,<4.4' (and pin it in pyproject.toml), or set"
+        " query.trigger to an interval such as '1 second'"
+    ]
+    assert not (tmp_path / "checkpoint").exists()
+
+
+@pytest.mark.skipif(BAKED_OPERATOR != "windowed_aggregation", reason="edits the windowed count's query")
+def test_check_refuses_an_operator_or_python_that_real_time_mode_does_not_run(write_settings, tmp_path):
+    kafka = {"type": "kafka", "kafka": {"bootstrap_servers": "127.0.0.1:9", "topic": "events"}}
+    path = write_settings(deep_merge(REAL_TIME, {"source": kafka, "sink": {"type": "console"}}))
+    within = {
+        '.groupBy(F.window("event_time", query.window).alias("window"), "key")': '.dropDuplicatesWithinWatermark(["event_id"])'
+        '.groupBy(F.window("event_time", query.window).alias("window"), "key")'
+    }
+    python = {
+        '.where(~F.col("key").isin(query.params.ignored_keys))': '.where(F.udf(lambda key: True, "boolean")("key"))'
+    }
+    expected = {
+        "within": "settings error: query.trigger is real_time but the query runs deduplication -> windowed_aggregation:"
+        " Spark's real-time mode runs no deduplication, only a deduplication by dropDuplicates and an aggregation"
+        " without a session window (its allowlist) (dropDuplicates with the event time among its columns is: it"
+        " drops each id once the watermark passes); change the query, or set query.trigger to an interval such as"
+        " '1 second'",
+        "python": "settings error: query.trigger is real_time but the query calls Python (the UDF <lambda>): Spark's"
+        " real-time mode runs no Python UDF (its allowlist); write it with Spark's functions, or set query.trigger"
+        " to an interval such as '1 second'",
+    }
+    for name, edits in (("within", within), ("python", python)):
+        with edited_query(edits):
+            refused = run_cli("check", "--settings", str(path))
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert refused.stderr.splitlines() == [expected[name]]
+
+
+def real_time_job(broker: local_kafka.Broker, tmp_path: Path, shuffle_partitions: int = 1) -> tuple[dict, dict]:
+    """Settings of a real-time run from a one-partition topic to another, and the topics' names."""
+    topics = {"in": f"{tmp_path.name}-in", "out": f"{tmp_path.name}-out"}
+    for topic in topics.values():
+        local_kafka.create_topic(broker.bootstrap, topic)
+    kafka = {"bootstrap_servers": broker.bootstrap}
+    changes = deep_merge(
+        REAL_TIME,
+        {
+            "spark": {"master": "local[2]", "shuffle_partitions": shuffle_partitions},
+            "source": {"type": "kafka", "kafka": {**kafka, "topic": topics["in"], "starting_offsets": "earliest"}},
+            "sink": {"type": "kafka", "kafka": {**kafka, "topic": topics["out"]}},
+            "query": {"checkpoint_location": str(tmp_path / "checkpoint"), "watermark": "10 minutes"},
+        },
+    )
+    return changes, topics
+
+
+def events(first: int, count: int, repeats: int = 0) -> list[str]:
+    """Events first.. first+count-1, a second apart, over 5 keys; the first `repeats` of them sent twice."""
+    made = [
+        {"event_id": f"e{n}", "key": f"k{n % 5}", "event_time": (BASE_TIME + timedelta(seconds=n)).isoformat()}
+        for n in range(first, first + count)
+    ]
+    return [json.dumps(event) for event in made + made[:repeats]]
+
+
+def wait_for(condition, what: str, process: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if process.poll() is not None:
+            pytest.fail(f"the job ended (exit {process.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {seconds} s for {what}")
+        time.sleep(0.2)
+
+
+def killed_mid_stream(spark, path: Path, broker, topics: dict, produced: list[str], cwd: Path, log: Path) -> int:
+    """Run the job as a process (in cwd) on `produced`, SIGKILL it while a batch runs whose results are out;
+    return that batch, which the checkpoint has not committed."""
+    checkpoint = path.parent / "checkpoint"
+    local_kafka.produce(broker.bootstrap, topics["in"], produced[: len(produced) // 2])
+    with open(log, "w") as output:
+        process = start_job(path, output, cwd=cwd)
+        try:
+            wait_for(lambda: len(committed_batches(checkpoint)) >= 2, "two committed batches", process)
+            # Then the rest, read and written by the batch in flight, which the kill abandons uncommitted.
+            written = len(records(spark, broker.bootstrap, topics["out"]).collect())
+            local_kafka.produce(broker.bootstrap, topics["in"], produced[len(produced) // 2 :])
+            wait_for(
+                lambda: len(records(spark, broker.bootstrap, topics["out"]).collect()) > written, "results", process
+            )
+            # A real-time query always has a batch in flight: the next starts as one commits.
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert process.returncode == -signal.SIGKILL, log.read_text()[-3000:]
+    # A real-time batch logs its offsets as it ends (its end offsets are where it stopped reading), just
+    # before its commit: the batch the kill abandoned is the one after the last commit, logged or not.
+    in_flight = committed_batches(checkpoint)[-1] + 1
+    assert logged_batches(checkpoint)[-1] <= in_flight
+    return in_flight
+
+
+def restarted(path: Path, in_flight: int, seconds: int = 10) -> subprocess.CompletedProcess[str]:
+    """The job run again in this process for `seconds`, the batch the kill abandoned run again first, stopped
+    on a batch boundary."""
+    run = run_main("--settings", str(path), "--timeout", str(seconds))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"batch {in_flight}:" in run.stdout
+    assert "stopped on a batch boundary" in run.stdout, run.stdout[-3000:]
+    return run
+
+
+def values_by_key(spark, broker, topic: str) -> dict[str, set[str]]:
+    """Each record key of the topic -> the values written under it (a repeat adds none)."""
+    found: dict[str, set[str]] = {}
+    for row in records(spark, broker.bootstrap, topic).collect():
+        found.setdefault(row.key, set()).add(row.value)
+    return found
+
+
+DEDUPLICATION = {
+    """.groupBy(F.window("event_time", query.window).alias("window"), "key")
+        .agg(F.count(F.lit(1)).alias("events"))
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "key",
+            "events",
+        )""": '.dropDuplicates(["event_id", "event_time"])'
+}
+# Two halves, the second sent while the first run's batch is in flight; more while the job is down.
+SENT = events(0, 40, repeats=10) + events(40, 40, repeats=10)
+WHILE_DOWN = events(80, 30, repeats=5)
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, marks=runs_real_time, id="real-time")])
+def test_a_deduplication_killed_mid_stream_in_real_time_writes_each_event_and_repeats_only_whole_records(
+    spark, kafka_broker, write_settings, tmp_path, _
+):
+    changes, topics = real_time_job(kafka_broker, tmp_path)
+    changes["sink"]["kafka"]["key_columns"] = ["event_id"]
+    path = write_settings(changes)
+    copy = project_copy(tmp_path, DEDUPLICATION)
+    in_flight = killed_mid_stream(spark, path, kafka_broker, topics, SENT, copy, tmp_path / "first-run.log")
+    local_kafka.produce(kafka_broker.bootstrap, topics["in"], WHILE_DOWN)
+    with edited_query(DEDUPLICATION):
+        restarted(path, in_flight)
+    written = values_by_key(spark, kafka_broker, topics["out"])
+    # Every event once at least, and a repeat only the whole record again: one value per event id.
+    assert sorted(json.loads(key)["event_id"] for key in written) == sorted(
+        {json.loads(e)["event_id"] for e in SENT + WHILE_DOWN}
+    )
+    assert all(len(values) == 1 for values in written.values())
+
+
+def window_counts(lines: list[str]) -> Counter:
+    """(key, window start) -> events: the windowed count as a batch job makes it, 1-minute windows."""
+    counted: Counter = Counter()
+    for event in map(json.loads, lines):
+        moment = datetime.fromisoformat(event["event_time"])
+        counted[(event["key"], moment.replace(second=0).isoformat())] += 1
+    return counted
+
+
+def latest_counts(written: dict[str, set[str]]) -> dict[tuple[str, str], int]:
+    """(key, window start) -> the highest count written: update mode writes each count as it grows."""
+    latest: dict[tuple[str, str], int] = {}
+    for values in written.values():
+        for row in map(json.loads, values):
+            group = (row["key"], datetime.fromisoformat(row["window_start"]).isoformat())
+            latest[group] = max(latest.get(group, 0), row["events"])
+    return latest
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, marks=runs_real_time, id="real-time")])
+def test_a_windowed_count_killed_mid_stream_in_real_time_counts_each_event_once_and_goes_on_in_micro_batches(
+    spark, kafka_broker, write_settings, tmp_path, _
+):
+    changes, topics = real_time_job(kafka_broker, tmp_path)
+    path = write_settings(changes)
+    in_flight = killed_mid_stream(spark, path, kafka_broker, topics, SENT, PROJECT_DIR, tmp_path / "first-run.log")
+    local_kafka.produce(kafka_broker.bootstrap, topics["in"], WHILE_DOWN)
+    restarted(path, in_flight)
+    expected = window_counts(SENT + WHILE_DOWN)
+    # A count written twice (the replayed batch's) is the same count: no event counted twice, none missed.
+    assert latest_counts(values_by_key(spark, kafka_broker, topics["out"])) == dict(expected)
+
+    # The same checkpoint goes on in micro-batches, as Spark allows: the guard lets it, the counts go on.
+    later = events(110, 10)
+    local_kafka.produce(kafka_broker.bootstrap, topics["in"], later)
+    micro = write_settings(deep_merge(changes, {"query": {"trigger": "1 second"}}), name="micro-batch.yaml")
+    run = run_main("--settings", str(micro), "--timeout", "8")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert latest_counts(values_by_key(spark, kafka_broker, topics["out"])) == dict(
+        window_counts(SENT + WHILE_DOWN + later)
+    )
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, marks=runs_real_time, id="real-time")])
+def test_too_few_task_slots_for_a_real_time_batch_is_one_line_before_the_query_starts(
+    kafka_broker, write_settings, tmp_path, _
+):
+    changes, _topics = real_time_job(kafka_broker, tmp_path, shuffle_partitions=2)
+    refused = run_cli("run", "--settings", str(write_settings(changes)))
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stderr.splitlines()[-1] == (
+        "settings error: query.trigger is real_time but the job has 2 task slots (cores) and a real-time batch runs"
+        " all its tasks at once: 1 for the source topic's partitions + 2 (spark.shuffle_partitions) = 3; give the"
+        " job 3 cores (spark.master local[3], or more executor cores), or lower spark.shuffle_partitions on a new"
+        " checkpoint"
+    )
+    assert not (tmp_path / "checkpoint" / "offsets").exists()

@@ -38,6 +38,21 @@ BAD_ANSWERS = [
     ({"watermark": "-5 minutes"}, "watermark '-5 minutes' is negative; a duration is a length of time"),
     ({"watermark": "10 mins"}, "watermark '10 mins' has the unit 'mins', which Spark does not read; write minutes."),
     ({"watermark": "1 month"}, "watermark '1 month' uses months; write it in days or weeks instead"),
+    # Spark's real-time mode (machinery/core/real_time.py): its source, sinks, operators and store.
+    ({"real_time": True}, "real_time needs source kafka: real_time (Spark's real-time mode) reads only from Kafka"),
+    (
+        {"real_time": True, "source": "kafka", "sink": "parquet"},
+        "real_time needs sink kafka or console, not parquet: real_time (Spark's real-time mode) writes to no other sink",
+    ),
+    (
+        {"real_time": True, "source": "kafka", "sink": "kafka", "stateful_operator": "stream_stream_join"},
+        "real_time runs no stream_stream_join: real_time (Spark's real-time mode) runs a deduplication and an"
+        " aggregation without a session window",
+    ),
+    (
+        {"real_time": True, "source": "kafka", "sink": "console", "state_store_provider": "hdfs"},
+        "real_time needs the rocksdb store: real_time (Spark's real-time mode) refuses hdfs; answer rocksdb or auto.",
+    ),
     ({"watermark": "10 fortnights"}, "watermark '10 fortnights' has an unknown unit 'fortnights'"),
     ({"input_rows_per_second": "-5"}, "input_rows_per_second '-5' has a sign: write a number of rows per second"),
     ({"input_rows_per_second": "0"}, "input_rows_per_second '0' is not greater than zero"),

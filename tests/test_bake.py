@@ -156,6 +156,28 @@ def settings_of(project: Path) -> dict:
     return yaml.safe_load((project / "settings.yaml").read_text(encoding="utf-8"))
 
 
+@pytest.mark.parametrize("operator", ["deduplication", "windowed_aggregation"])
+def test_a_real_time_bake_is_set_up_for_sparks_real_time_mode(out, capfd, operator):
+    project = bake(out, stateful_operator=operator, source="kafka", sink="kafka", real_time=True)
+    settings = settings_of(project)
+    assert settings["query"]["trigger"] == "real_time"
+    assert settings["sink"]["output_mode"] == "update"
+    store = settings["state_store"]
+    assert (store["provider"], store["changelog_checkpointing"], store["integrity"]["checkpoint_format_version"]) == (
+        "rocksdb",
+        True,
+        2,
+    )
+    # A core for the one-partition topic's task and one for each shuffle partition's.
+    assert settings["spark"]["master"] == f"local[{settings['spark']['shuffle_partitions'] + 1}]"
+    assert "pyspark>=4.3,<4.4" in tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
+    query = (project / "stream_job" / "query.py").read_text()
+    if operator == "deduplication":  # real-time mode runs dropDuplicates, not dropDuplicatesWithinWatermark
+        assert 'OPERATOR = "drop_duplicates"' in query and 'dropDuplicates(["event_id", "event_time"])' in query
+        assert ".dropDuplicatesWithinWatermark(" not in query
+    assert "real-time mode runs all its tasks at once, each holding a task slot" in capfd.readouterr().out
+
+
 @pytest.mark.parametrize("answers", COMBINATIONS)
 def test_combination_bakes_clean(out, answers):
     project = bake(out, **answers)

@@ -454,3 +454,16 @@ def test_estimate_refuses_figures_beyond_any_job_in_one_line():
 def test_spark_reads_durations_the_same_way(spark, text):
     interval = spark.sql(f"SELECT INTERVAL '{text}' AS delay").first().delay
     assert interval.total_seconds() == pytest.approx(parse_duration(text))
+
+
+def test_a_real_time_trigger_sizes_its_batch_and_recommends_rocksdb_whatever_the_state():
+    small = {"input_rows_per_second": 10, "watermark": "1 minute", "state_bytes_per_row": 64, "shuffle_partitions": 2}
+    micro = estimate(**small, operator="drop_duplicates", evicts=True, trigger="30 seconds")
+    real = estimate(**small, operator="drop_duplicates", evicts=True, trigger="real_time 30 seconds")
+    # A real-time batch's duration is its batch: the same rows as a trigger of that interval.
+    assert real.rows == micro.rows == 10 * (60 + 30)
+    assert micro.recommended_provider == "hdfs"
+    assert real.recommended_provider == "rocksdb"
+    assert "recommendation = rocksdb: query.trigger is real_time, and Spark's real-time mode refuses the HDFS" in (
+        report(real, decide("auto", True, real))
+    )

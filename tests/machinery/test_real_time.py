@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pyspark
 import pytest
+from stream_job.machinery.core import real_time
 from stream_job.machinery.operations import local_kafka
 
 from .conftest import (
@@ -310,3 +311,27 @@ def test_too_few_task_slots_for_a_real_time_batch_is_one_line_before_the_query_s
         " checkpoint"
     )
     assert not (tmp_path / "checkpoint" / "offsets").exists()
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, marks=runs_real_time, id="real-time")])
+def test_the_operators_refused_and_run_are_those_of_the_installed_sparks_allowlist(spark, _):
+    """core/real_time.py's table, read against the allowlist of the Spark that runs (its private sets)."""
+    jvm = spark._jvm
+    allowlist = jvm.java.lang.Class.forName("org.apache.spark.sql.execution.streaming.runtime.RealTimeModeAllowlist$")
+
+    def allowed(field: str) -> set[str]:
+        member = allowlist.getDeclaredField(field)
+        member.setAccessible(True)
+        names, items = set(), member.get(None).iterator()
+        while items.hasNext():
+            names.add(str(items.next()))
+        return names
+
+    operators = allowed("allowedOperators")
+    node = "org.apache.spark.sql.execution.{}".format
+    assert {kind for kind, name in real_time.NODES.items() if node(name) in operators} == set(real_time.ALLOWED)
+    assert not {node(name) for name in real_time.PYTHON_NODES} & operators
+    for name in real_time.NODES.values():  # each node named is one of that release's classes
+        jvm.java.lang.Class.forName(node(name))
+    sinks = {name.rsplit(".", 1)[-1] for name in allowed("allowedSinks")}
+    assert {"KafkaSourceProvider$KafkaTable", "ConsoleTable$"} <= sinks

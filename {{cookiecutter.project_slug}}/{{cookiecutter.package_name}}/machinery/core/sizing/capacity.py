@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from .. import real_time
 from ..durations import named_duration
 from ..figures import human_bytes, num, require_positive
 from ..operators import batch_seconds, measured_as
@@ -243,7 +244,7 @@ def estimate(
         bytes_per_partition=per_partition,
         projected_bytes_per_partition=projected,
         threshold_bytes=ROCKSDB_THRESHOLD_BYTES,
-        recommended_provider=_recommended(projected, steady, executor["executor_heap_bytes"]),
+        recommended_provider=_recommended(projected, steady, executor["executor_heap_bytes"], _in_real_time(shape)),
         rows_changed_per_batch=changed,
         rocksdb_disk_bytes=round(disk) + instances * store_costs.ROCKSDB_DISK_PER_INSTANCE,
         rocksdb_memory_bytes=rows * (state_bytes_per_row + costs.memory_overhead_per_row)
@@ -264,11 +265,15 @@ def _executor_share(projected_per_partition: int, partitions: int, executors: in
     }
 
 
-def _recommended(projected_per_partition: int, steady: bool, executor_heap: int) -> str:
-    """RocksDB for a partition at the threshold, a state without a steady state, or more heap-held
-    state than an executor's heap should carry (memory.HDFS_HEAP_CEILING)."""
+def _recommended(projected_per_partition: int, steady: bool, executor_heap: int, real_time_mode: bool) -> str:
+    """RocksDB for a partition at the threshold, a state without a steady state, more heap-held state than
+    an executor's heap should carry (memory.HDFS_HEAP_CEILING), or real-time mode (which refuses the other)."""
     too_large = projected_per_partition >= ROCKSDB_THRESHOLD_BYTES or executor_heap > memory.HDFS_HEAP_CEILING
-    return "rocksdb" if too_large or not steady else "hdfs"
+    return "rocksdb" if too_large or not steady or real_time_mode else "hdfs"
+
+
+def _in_real_time(*shapes: dict[str, object]) -> bool:
+    return any(real_time.batch_duration(str(shape.get("trigger") or "")) is not None for shape in shapes)
 
 
 def estimate_chain(
@@ -344,7 +349,9 @@ def combine(parts: Sequence[Estimate]) -> Estimate:
         total_bytes=total,
         bytes_per_partition=per_partition,
         projected_bytes_per_partition=projected,
-        recommended_provider=_recommended(projected, steady, executor["executor_heap_bytes"]),
+        recommended_provider=_recommended(
+            projected, steady, executor["executor_heap_bytes"], _in_real_time(*(part.shape for part in parts))
+        ),
         steady_state=steady,
         **executor,
         rows_changed_per_batch=sum(part.rows_changed_per_batch for part in parts),
@@ -553,6 +560,8 @@ def _inputs(e: Estimate) -> str:
 
 
 def _reason(e: Estimate, share: float) -> str:
+    if _in_real_time(*(part.shape for part in e.operators)):
+        return "query.trigger is real_time, and Spark's real-time mode refuses the HDFS-backed store."
     if not e.steady_state:
         return (
             f"the state has no steady state: {_unbounded(e)} grow{'s' if len(e.operators) == 1 else ''} for as long"

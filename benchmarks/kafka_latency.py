@@ -425,7 +425,7 @@ def ordered_rows(args: argparse.Namespace, batch_seconds: dict[str, float]) -> l
     pairs = [(shape, trigger) for shape in args.shapes for trigger in args.triggers]
     for round_number in range(args.rounds):
         for number, (shape, trigger) in enumerate(pairs):
-            flip = (number + round_number * len(pairs)) % 2
+            flip = (number + round_number) % 2
             implementations = args.implementations[::-1] if flip else args.implementations
             rows += [
                 {"shape": shape, "mode": mode(batch_seconds[trigger]), "trigger": trigger, "implementation": name}

@@ -30,7 +30,7 @@ environment of benchmarks/spark_versions.py (build/venv-pyspark-4.3.0, made once
 The Kafka connector is 4.2.0 (the Maven mirror here serves no 4.3.0; 4.2.0 runs under pyspark 4.3.0).
 
     .venv/bin/python benchmarks/kafka_latency.py [--rate 500] [--seconds 45] [--warmup 10]
-        [--triggers "100 milliseconds,real_time"] [--master "local[3]"] [--shapes deduplication,windowed count]
+        [--triggers "100 milliseconds,real_time 5 seconds"] [--master "local[3]"] [--shapes deduplication,windowed count]
         [--implementations template,hand-written] [--rounds 1] [--keep] [--name kafka_latency]
 """
 
@@ -77,7 +77,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=10, help="first seconds left out (default: %(default)s)")
     parser.add_argument(
         "--triggers",
-        default="100 milliseconds,real_time",
+        default="100 milliseconds,real_time 5 seconds",
         help="query.trigger values, comma separated: an interval is micro-batch, real_time [duration] real-time"
         " mode (default: %(default)s)",
     )

@@ -20,8 +20,8 @@ from ..core.settings import Settings, SettingsError
 from ..core.sizing.partitions import local_cores
 from .endpoints.kafka import source_partitions
 
-# Nodes of an analyzed plan that run the user's Python in a worker (pandas and Arrow functions).
-PYTHON_NODES = ("InPandas", "InArrow", "InPySpark", "Python")
+# What the names of an analyzed plan's nodes that run the user's Python in a worker hold (pandas, Arrow).
+PYTHON_PLAN_MARKERS = ("InPandas", "InArrow", "InPySpark", "Python")
 
 
 def refuse_before_spark(settings: Settings, spark_version: str = pyspark.__version__) -> None:
@@ -37,7 +37,7 @@ def python_calls(result: DataFrame) -> list[str]:
     found = []
     for node in nodes:
         kind = node["class"].rsplit(".", 1)[-1]
-        if any(marker in kind for marker in PYTHON_NODES):
+        if any(marker in kind for marker in PYTHON_PLAN_MARKERS):
             found.append(kind)
         found += [f"the UDF {name}" for name in _python_udfs(node)]
     return list(dict.fromkeys(found))

@@ -25,8 +25,8 @@ checkpoint: batch N starts at its offsets file's batchTimestampMs), and the resu
 (produced in a batch's first half second, or after its duration was up, before the next batch read them)
 against the others. Each run's share of the machine's CPU busy (every process, /proc/stat) is shown too.
 
-Real-time mode needs pyspark 4.3: run on an older one, the script runs itself again in the virtual
-environment of benchmarks/spark_versions.py (build/venv-pyspark-4.3.0, made once, cookiecutter added).
+Real-time mode needs pyspark 4.3: run on an older one, the script runs itself again in the real-time
+proofs' environment (tests/real_time_spark.py: pyspark 4.3.0 over .venv's packages, made once in seconds).
 The Kafka connector is 4.2.0 (the Maven mirror here serves no 4.3.0; 4.2.0 runs under pyspark 4.3.0).
 
     .venv/bin/python benchmarks/kafka_latency.py [--rate 500] [--seconds 45] [--warmup 10]
@@ -53,15 +53,17 @@ from pathlib import Path
 import pyspark
 import yaml
 from overhead import machine, run, save
-from spark_versions import environment
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests import real_time_spark  # noqa: E402  (the pyspark 4.3.0 the real-time proofs run on)
+
 RESULTS_DIR = REPO / "benchmarks" / "results"
 HANDWRITTEN = Path(__file__).resolve().with_name("handwritten_kafka_job.py")
 KEYS = 1000
 SHAPES = {"deduplication": "deduplication", "windowed count": "windowed_aggregation"}
 IMPLEMENTATIONS = ("template", "hand-written")
-SPARK = "4.3.0"  # the first with stateful operators in real-time mode
+SPARK = real_time_spark.PYSPARK  # the first with stateful operators in real-time mode
 CONNECTOR = "4.2.0"
 BROKER = "Kafka 4.2.0 (the project's local broker, KRaft, one node)"
 # Seconds a job is given after the producer stops, for the last records' results.
@@ -106,12 +108,12 @@ def arguments() -> argparse.Namespace:
 
 
 def on_real_time_spark() -> None:
-    """Run this script again under pyspark SPARK (spark_versions' environment, with cookiecutter) unless it is."""
+    """Run this script again under pyspark SPARK (the real-time proofs' environment: that pyspark over .venv's
+    packages, cookiecutter among them) unless it is."""
     if pyspark.__version__ == SPARK:
         return
-    python = environment(SPARK)
-    if subprocess.run([str(python), "-c", "import cookiecutter"], capture_output=True).returncode != 0:
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "cookiecutter"], check=True)
+    real_time_spark.main()
+    python = real_time_spark.PYTHON
     print(f"pyspark {pyspark.__version__} here: running under {python} (pyspark {SPARK})", flush=True)
     os.execv(python, [str(python), __file__, *sys.argv[1:]])
 
@@ -120,8 +122,7 @@ def bake(scratch: Path, operator: str, rate: int) -> Path:
     answers = [f"stateful_operator={operator}", "source=kafka", "sink=kafka", f"input_rows_per_second={rate}"]
     answers += ["state_store_provider=rocksdb", "real_time=true"]
     out = scratch / operator
-    cookiecutter = str(Path(sys.executable).parent / "cookiecutter")
-    run([cookiecutter, "--no-input", "-o", str(out), str(REPO), *answers], REPO)
+    run([sys.executable, "-m", "cookiecutter", "--no-input", "-o", str(out), str(REPO), *answers], REPO)
     return out / "stream-job"
 
 

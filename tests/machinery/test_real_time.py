@@ -37,6 +37,7 @@ from .conftest import (
     run_main,
     start_job,
 )
+from .test_chains import replaced
 from .test_exactly_once import logged_batches
 from .test_kafka_sink import records
 
@@ -219,16 +220,11 @@ def values_by_key(spark, broker, topic: str) -> dict[str, set[str]]:
     return found
 
 
-DEDUPLICATION = {
-    """.groupBy(F.window("event_time", query.window).alias("window"), "key")
-        .agg(F.count(F.lit(1)).alias("events"))
-        .select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "key",
-            "events",
-        )""": '.dropDuplicates(["event_id", "event_time"])'
-}
+# The query of the real-time bake's deduplication starter, in place of the windowed count's.
+DEDUPLICATION = replaced(
+    """def stateful_query(events, query, join_events=None):
+    return events.withWatermark("event_time", query.watermark).dropDuplicates(["event_id", "event_time"])"""
+)
 # Two halves, the second sent while the first run's batch is in flight; more while the job is down.
 SENT = events(0, 40, repeats=10) + events(40, 40, repeats=10)
 WHILE_DOWN = events(80, 30, repeats=5)

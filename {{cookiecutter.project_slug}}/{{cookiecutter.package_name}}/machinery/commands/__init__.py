@@ -2,7 +2,7 @@
 
 Exit codes: 0 done, 1 the query failed, 2 bad settings or arguments, or a query Spark refuses, 3
 something the job needs is missing from this machine (Java, a connector JAR, the deltalake package,
-the local Kafka broker) or the driver JVM could not start, 4 the settings or the query disagree with the existing checkpoint, or it is
+the local Kafka broker, the Spark Connect server of spark.remote) or the driver JVM could not start, 4 the settings or the query disagree with the existing checkpoint, or it is
 in use, or a repartition or savepoint was refused (nothing was started or changed), or a savepoint
 or its restored copy differs from its manifest.
 """
@@ -30,6 +30,7 @@ from ..job.endpoints.sinks import MissingPackageError
 from ..job.heap import OutOfMemory
 from ..job.java import JavaError
 from ..job.query_plan import QueryRefused
+from ..job.remote import ServerGone, ServerUnreachable
 from ..job.schema_evolution import StateSchemaRefused
 from ..job.state_fit import OperatorsChanged, OutputColumnsChanged, StateKeyChanged, StateWindowChanged
 from ..operations.inspection import InspectError
@@ -62,6 +63,8 @@ REFUSALS: dict[type[Exception], tuple[str, int]] = {
     ContractError: ("query error", EXIT_BAD_INPUT),
     QueryCodeError: ("query error", EXIT_BAD_INPUT),
     OutOfMemory: ("out of memory", EXIT_QUERY_FAILED),
+    ServerUnreachable: ("spark connect error", EXIT_MISSING_DEPENDENCY),
+    ServerGone: ("spark connect error", EXIT_QUERY_FAILED),
 }
 
 __all__ = ["main", "parser"]

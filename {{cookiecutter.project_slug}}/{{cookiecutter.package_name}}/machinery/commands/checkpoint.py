@@ -78,7 +78,7 @@ def _plan_fit(settings: Settings, held: CheckpointRead | None) -> tuple[str, lis
     from ..job.session import tool_session
     from ..job.state_fit import check_fit
 
-    with tool_session("check-plan", {}) as spark:
+    with tool_session("check-plan", {}, settings) as spark:
         result = stand_in_result(spark, settings)
         plan = read_plan(result)
         _, evolutions = check_fit(result, plan, settings, held, record_key=False)
@@ -99,7 +99,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     confs = {} if settings is None else {key: str(value) for key, value in settings.spark.conf.items()}
     if settings is not None:
         confs.update(secret_confs(settings))
-    with tool_session("inspect-state", {**confs, **reader_confs(location)}) as spark:
+    with tool_session("inspect-state", {**confs, **reader_confs(location)}, settings) as spark:
         if args.key is not None or args.changes:
             return _inspect_key(spark, location, facts, args)
         inspection = inspect_checkpoint(spark, location, facts, args.batch_id)
@@ -113,9 +113,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def _inspect_key(spark, location: str, facts: tuple[int | None, str], args: argparse.Namespace) -> int:
     """inspect --key, or --changes: the reads of the state over the kept batches."""
     from ..core.checkpoint.files import RESTORE_OR_RESTART, CheckpointUnreadable
+    from ..job.spark_errors import spark_errors
     from ..operations import change_counts, key_lookup
     from ..operations.inspection import state_metadata
-    from ..operations.state_reader import spark_errors, spark_message
+    from ..operations.state_reader import spark_message
 
     metadata, batch = state_metadata(spark, location, facts, args.batch_id)
     try:

@@ -74,7 +74,8 @@ def cmd_show_output(args: argparse.Namespace) -> int:
         return 0
     from ..job.endpoints.output import read_output
     from ..job.session import job_session
-    from ..operations.state_reader import spark_errors, spark_message
+    from ..job.spark_errors import spark_errors
+    from ..operations.state_reader import spark_message
 
     # Reading needs no connector: a Delta table is read with the deltalake package.
     with job_session(settings, with_connectors=False) as spark:

@@ -328,5 +328,5 @@ def run_calibration(settings: Settings, events_per_file: int) -> Calibration:
         f"calibrating: running the query on {settings.state_store.provider} with sample files",
         file=sys.stderr,
     )
-    with tool_session("calibrate-state", {}) as spark:
+    with tool_session("calibrate-state", {}, settings) as spark:
         return calibrate(spark, settings, events_per_file, progress_to=sys.stderr)

@@ -144,7 +144,8 @@ def _finish_last_batch(spark, settings: Settings, chosen: Plan) -> Plan:
 
     batch = chosen.last_batch
     print(f"repartition: running batch {batch}, which the job left unfinished, on its recorded input", flush=True)
-    from ..operations.state_reader import spark_errors, spark_message
+    from ..job.spark_errors import spark_errors
+    from ..operations.state_reader import spark_message
 
     try:
         start_query(build_result(spark, settings), settings.sink, settings.query, one_batch=True).awaitTermination()

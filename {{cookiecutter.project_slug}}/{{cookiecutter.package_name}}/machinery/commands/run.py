@@ -26,6 +26,7 @@ from ..job.endpoints.sinks import require_deltalake
 from ..job.guard import GuardReport, check_checkpoint
 from ..job.java import launched_by_spark_submit
 from ..job.real_time_checks import refuse_before_spark
+from ..job.spark_errors import message_chain
 from ..job.state_checks import local_checksum_failures
 from .arguments import (
     EXIT_CHECKPOINT_DRIFT,
@@ -90,7 +91,7 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held:
                 print(f"source: {remark}", file=remarks_to, flush=True)
             run_query(spark, settings, args.max_batches, args.timeout, held=held)
         except StreamingQueryException as error:
-            chain = _message_chain(error)
+            chain = message_chain(error)
             bad_record = bad_record_advice(chain, settings)
             if bad_record:  # bad input: its one line says where, what and the ways on; the checkpoint is fine
                 print(*bad_record, sep="\n", file=sys.stderr)
@@ -294,13 +295,3 @@ def _state_version(path: str) -> str:
         version = Path(path).with_suffix("")
         return f"{version}.zip or {version}.changelog (neither is there: version {version.name} of this state is lost)"
     return path
-
-
-def _message_chain(error: BaseException) -> str:
-    """Spark's message and those of its causes, where a full disk or a missing file is often named."""
-    messages: list[str] = []
-    cause: BaseException | None = error
-    while cause is not None and len(messages) < 20:
-        messages.append(str(cause))
-        cause = getattr(cause, "_cause", None)  # pyspark keeps the Java cause chain there, converted
-    return "\n".join(messages)

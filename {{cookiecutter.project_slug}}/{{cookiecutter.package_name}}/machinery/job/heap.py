@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.figures import human_bytes
 from ..core.sizing.memory import memory_setting, parse_memory
+from .remote import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,8 +44,9 @@ class HeapProbe:
 
 
 def local_probe(spark: SparkSession) -> HeapProbe | None:
-    """A probe of the heap the state lives in: the driver's, when the executors run in it (a local master)."""
-    if not str(spark.sparkContext.master).startswith("local"):
+    """A probe of the heap the state lives in: the driver's, when the executors run in it (a local master) and
+    it is this process's JVM (a Spark Connect server's heap is not visible to its clients)."""
+    if is_connect(spark) or not str(spark.conf.get("spark.master", None)).startswith("local"):
         return None
     return HeapProbe(spark)
 

@@ -21,8 +21,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from py4j.protocol import Py4JError
-from pyspark import SparkContext
 from pyspark.sql.streaming import StreamingQueryListener
 
 from ..core.figures import human_bytes
@@ -280,6 +278,10 @@ class ProgressPrinter(StreamingQueryListener):
         (benchmarks/overhead.py). It rests on PySpark internals of Spark Classic (checked on 4.2.1);
         where they are missing, PySpark's bridge is used."""
         if not hasattr(self, "_jlistenerobj"):
+            # Spark Classic's bridge; a Connect session never asks: its listeners run on the client's bus.
+            from py4j.protocol import Py4JError
+            from pyspark import SparkContext
+
             try:
                 from pyspark.sql.streaming.listener import JStreamingQueryListener
 

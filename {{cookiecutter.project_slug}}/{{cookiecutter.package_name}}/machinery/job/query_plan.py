@@ -465,7 +465,7 @@ def checked_plan(settings: Settings) -> list[PlanOperator]:
     from ..core.settings import SettingsError
     from .session import tool_session
 
-    with tool_session("query-plan", {}) as spark:
+    with tool_session("query-plan", {}, settings) as spark:
         plan = planned_operators(spark, settings)
         problems = fit_problems(spark, settings, plan)
     if problems:

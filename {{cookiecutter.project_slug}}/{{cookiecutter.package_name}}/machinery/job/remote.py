@@ -6,10 +6,29 @@ remote session (its columns and functions become Connect's), so the mode is aske
 
 from __future__ import annotations
 
+import socket
+import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import SparkSession
+
+
+DEFAULT_PORT = 15002  # Spark Connect's own default (spark.connect.grpc.binding.port)
+PROBE_SECONDS = 5.0
+# A server that stops answering mid-run: the client retries for about 25 s (50 ms x4 each time, at most
+# 5 s apart), enough for a network blip, instead of pyspark's default of at least 10 minutes.
+RETRIES, MOST_BACKOFF_MS = 8, 5000
+
+
+class ServerUnreachable(Exception):
+    """No Spark Connect server answers at spark.remote; the message names it and the way on."""
+
+
+class ServerGone(Exception):
+    """The Spark Connect server stopped answering while the job ran; the message says what is left and the way on."""
 
 
 def is_connect(spark: SparkSession) -> bool:
@@ -20,3 +39,57 @@ def is_connect(spark: SparkSession) -> bool:
     except ImportError:  # pyspark without the Connect client's packages (grpcio): no Connect session can exist
         return False
     return isinstance(spark, ConnectSession)
+
+
+def set_log_level(spark: SparkSession, level: str) -> None:
+    """Spark's log level in the JVM this process started; a Connect server's log is the server's to set."""
+    if not is_connect(spark):
+        spark.sparkContext.setLogLevel(level)
+
+
+def require_server(url: str) -> None:
+    """A TCP connection to the server's port, before the client is built: without one, pyspark's client
+    retries a missing server for minutes before it says anything."""
+    host, port = _address(url)
+    try:
+        socket.create_connection((host, port), timeout=PROBE_SECONDS).close()
+    except OSError as error:
+        raise ServerUnreachable(
+            f"spark.remote {url}: no Spark Connect server answers at {host}:{port} ({error.strerror or error});"
+            " start the server (sbin/start-connect-server.sh, or your platform's) or fix spark.remote (or"
+            " SPARK_REMOTE); nothing was started"
+        ) from None
+
+
+def connect_session(url: str, confs: Mapping[str, str]) -> SparkSession:
+    """A Spark Connect session at `url` with the job's confs set on it, and a client that gives a server
+    gone mid-run up in seconds. Each session has confs of its own on the server; those fixed when the
+    server started (spark.driver.*, spark.jars, spark.sql.extensions) are the server's: static_confs_unset
+    names the ones that differ."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    require_server(url)
+    # The client warns as it gives a server up; the job's own line (server_gone) says it.
+    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    spark.client.set_retry_policies([DefaultPolicy(max_retries=RETRIES, max_backoff=MOST_BACKOFF_MS)])
+    for key, value in confs.items():
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, value)
+    return spark
+
+
+def confs_not_applied(spark: SparkSession, confs: Mapping[str, str]) -> list[str]:
+    """The confs of `confs` whose value on the server differs: those a running Spark cannot take."""
+    return [key for key, value in confs.items() if spark.conf.get(key, None) != value]
+
+
+def server_gone(error: BaseException) -> bool:
+    """Whether a Connect call failed because the server stopped answering (killed, restarted, the network)."""
+    return str(getattr(error, "_grpc_status_code", "")).endswith("UNAVAILABLE")
+
+
+def _address(url: str) -> tuple[str, int]:
+    parts = urlsplit(url.split(";", 1)[0])
+    return parts.hostname or "localhost", parts.port or DEFAULT_PORT

@@ -6,8 +6,6 @@ import sys
 import time
 from typing import TextIO
 
-from py4j.protocol import Py4JJavaError
-from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -23,6 +21,8 @@ from .progress import ProgressPrinter, StateWatchdog
 from .python_modules import require_operator_modules
 from .query_plan import query_result, read_plan
 from .real_time_checks import refuse_too_few_slots
+from .remote import ServerGone, is_connect, server_gone
+from .spark_errors import spark_errors
 from .state_fit import check_fit
 from .stopping import StopSignals, stop_on_batch_boundary, terminated
 
@@ -65,8 +65,10 @@ def startup_line(spark: SparkSession, settings: Settings) -> str:
     changelog = " with changelog checkpointing" if store.changelog_checkpointing else ""
     writer = f" ({settings.sink.delta_writer})" if settings.sink.delta_writer else ""
     sources = " + ".join(source.type for source in settings.inputs.values())
+    through = f" through Spark Connect {settings.spark.connect_url}" if is_connect(spark) else ""
     return (
-        f"{settings.query.name}: Spark {spark.version} on {spark.sparkContext.master}, {sources} ->"
+        f"{settings.query.name}: Spark {spark.version} on {spark.conf.get('spark.master', None)}{through},"
+        f" {sources} ->"
         f" {settings.sink.type}{writer}, state store {store.provider}{changelog},"
         f" {settings.spark.shuffle_partitions} shuffle partitions, checkpoint {settings.query.checkpoint_location}"
     )
@@ -117,6 +119,7 @@ def run_query(
     json_lines = monitoring.progress_format == "json"
     printer = ProgressPrinter(progress_to, json_lines, watchdog, settings.state_store.rows_tracked)
     spark.streams.addListener(printer)
+    gone = False  # the Connect server stopped answering: nothing more to ask of it
     try:
         query = start_query(result, settings.sink, settings.query)
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
@@ -141,13 +144,20 @@ def run_query(
                     break
         return query
     except Exception as error:
+        if server_gone(error):
+            gone = True
+            raise ServerGone(
+                f"spark.remote {settings.spark.connect_url}: the Spark Connect server stopped answering while query"
+                f" {settings.query.name} ran; its checkpoint is where the server keeps it: start the job again once"
+                " the server is back (a batch in flight runs again)"
+            ) from None
         # An error the JVM sent is from a JVM still up; any other may be its end: wait for it to exit.
-        answered = isinstance(error, (CapturedException, Py4JJavaError))
+        answered = isinstance(error, spark_errors())
         if jvm_ran_out_of_memory(wait=0 if answered else 10):
             raise OutOfMemory(out_of_memory_line(settings, sizing, watchdog.heap_max)) from None
         raise
     finally:
-        if not jvm_ran_out_of_memory(wait=0):
+        if not gone and not jvm_ran_out_of_memory(wait=0):
             spark.streams.removeListener(printer)
 
 

@@ -25,12 +25,13 @@ from ..core.confs import (
     ROCKSDB_CONFS,
     STATE_STORE,
 )
-from ..core.settings import Settings, SettingsError, unset_secrets
+from ..core.settings import Settings, SettingsError, connect_url, unset_secrets
 from .connector_jars import RESOLUTION_CONFS, resolved_jars
 from .connectors import DELTA_CATALOG, DELTA_EXTENSION, PACKAGES_CONF, resolution_confs
 from .driver_jvm import OUT_OF_MEMORY_OPTION, jvm_ran_out_of_memory, launch_driver_jvm
 from .java import launched_by_spark_submit, require_java
 from .project_files import project_file
+from .remote import ServerGone, confs_not_applied, connect_session, is_connect, server_gone, set_log_level
 
 
 def spark_confs(settings: Settings) -> dict[str, str]:
@@ -159,7 +160,10 @@ def build_session(
     settings: Settings, with_connectors: bool = True, also: Mapping[str, str] | None = None
 ) -> SparkSession:
     """The job's SparkSession, configured from settings (without connector JARs for reading output), with
-    the confs `also` beside them."""
+    the confs `also` beside them; through the Spark Connect server of spark.remote where one is set."""
+    url = settings.spark.connect_url
+    if url is not None:  # the server's JVM, its master, connectors and static confs: only the runtime confs are ours
+        return connect_session(url, {**spark_confs(settings), **(also or {}), **secret_confs(settings)})
     require_java()
     quiet_py4j_threads()
     builder = SparkSession.builder.appName(settings.spark.app_name)
@@ -195,10 +199,21 @@ def job_session(
 
 
 @contextmanager
-def tool_session(app_name: str, confs: dict[str, str]) -> Iterator[SparkSession]:
-    """The session a tool (inspect, calibrate, the plan's check) reads with: see `_own_or_shared`."""
-    with _own_or_shared(lambda: local_session(app_name, confs), confs) as spark:
+def tool_session(app_name: str, confs: dict[str, str], settings: Settings | None = None) -> Iterator[SparkSession]:
+    """The session a tool (inspect, calibrate, the plan's check) reads with: see `_own_or_shared`; through the
+    Spark Connect server of the settings' spark.remote (without settings, SPARK_REMOTE) where one is set."""
+    url = connect_url(settings.spark.remote if settings is not None else None)
+    start = (lambda: connect_session(url, confs)) if url else (lambda: local_session(app_name, confs))
+    with _own_or_shared(start, confs) as spark:
         yield spark
+
+
+def server_confs_missing(spark: SparkSession, settings: Settings) -> list[str]:
+    """On Spark Connect, the settings' confs the server holds another value of: those fixed when a Spark
+    starts (spark.ui.*, spark.driver.*) are the server's, where they must be set instead."""
+    if not is_connect(spark):
+        return []
+    return confs_not_applied(spark, {key: _text(value) for key, value in settings.spark.conf.items()})
 
 
 @contextmanager
@@ -211,10 +226,15 @@ def _own_or_shared(start: Callable[[], SparkSession], confs: Mapping[str, str]) 
     active = SparkSession.getActiveSession()
     if active is None:
         spark = start()
+        gone = False
         try:
             yield spark
+        except Exception as error:
+            gone = isinstance(error, ServerGone) or server_gone(error)
+            raise
         finally:
-            if not jvm_ran_out_of_memory(wait=0):  # a JVM that is gone has nothing to stop
+            # A JVM or a Connect server that is gone has nothing to stop (the client would wait for the server).
+            if not gone and not jvm_ran_out_of_memory(wait=0):
                 spark.stop()
         return
     before = {key: active.conf.get(key, None) for key in runtime}
@@ -237,7 +257,8 @@ def release_state_stores(spark: SparkSession) -> None:
     command returned, where a copy, a savepoint or a restore made next would race it. Only where the
     executors run in this JVM (a local master) and no other query runs (it would lose its loaded state);
     an own session does this when it stops."""
-    if spark.streams.active or not (spark.sparkContext.master or "").startswith("local"):
+    # On Spark Connect the stores are the server's, shared by all its sessions: not this process's to unload.
+    if is_connect(spark) or spark.streams.active or not (spark.sparkContext.master or "").startswith("local"):
         return
     state_package = spark.sparkContext._jvm.org.apache.spark.sql.execution.streaming.state  # type: ignore[union-attr]
     state_store = getattr(getattr(state_package, "StateStore$"), "MODULE$")
@@ -262,7 +283,7 @@ def local_session(app_name: str, confs: dict[str, str]) -> SparkSession:
         builder = builder.config(key, value)
     launch_driver_jvm({**confs, "spark.master": "local[2]", "spark.app.name": app_name}, log_dir())
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    set_log_level(spark, "ERROR")
     return spark
 
 

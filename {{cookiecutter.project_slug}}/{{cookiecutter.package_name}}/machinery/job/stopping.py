@@ -25,6 +25,7 @@ from pyspark.sql.streaming import StreamingQuery
 from ..core.checkpoint.files import last_committed, local_checkpoint, unfinished_batch
 from ..core.settings import Settings
 from ..core.text import first_line
+from .remote import set_log_level
 
 POLL_SECONDS = 0.2
 # What signal.signal installs and returns: a function, SIG_DFL or SIG_IGN, or None (not set from Python).
@@ -68,7 +69,7 @@ class StopSignals:
 def stop_quietly(spark: SparkSession, query: StreamingQuery) -> None:
     """Stop on purpose: the errors Spark logs for an interrupted batch (aborted writes, cancelled
     tasks, with stack traces) are the expected result of the stop, not news."""
-    spark.sparkContext.setLogLevel("OFF")
+    set_log_level(spark, "OFF")
     query.stop()
 
 
@@ -134,7 +135,7 @@ def stop_on_batch_boundary(
         # The next trigger fired before the stop: its batch is logged; run it alone, on its logged input
         # (a once trigger runs the unfinished batch and nothing more).
         print(f"stopping: batch {batch} had started; running it alone to its commit", file=remarks_to, flush=True)
-        spark.sparkContext.setLogLevel("WARN")
+        set_log_level(spark, "WARN")
         again = one_batch()
         while not terminated(again, False, remarks_to) and waiting():
             pass

@@ -24,6 +24,7 @@ from ..core.checkpoint.files import (
 from ..core.confs import PARTITIONS_CONF, PROVIDER_CONF, provider_name
 from ..core.operators import held_operator
 from ..core.sizing import capacity
+from ..job.spark_errors import spark_errors
 from .state_reader import (
     TIMERS,
     counts_as_rows,
@@ -31,7 +32,6 @@ from .state_reader import (
     read_state_metadata,
     read_store,
     reader_confs,
-    spark_errors,
     spark_message,
     store_name,
     stores_of,

@@ -46,8 +46,9 @@ from ..core.checkpoint.run_lock import holder
 from ..core.checkpoint.sink_log import remove_entries_after
 from ..core.confs import PARTITIONS_CONF, PROVIDER_CONF, provider_name
 from ..core.contract import PACKAGE
+from ..job.spark_errors import spark_errors
 from .inspection import Inspection
-from .state_reader import spark_errors, spark_message, spark_path
+from .state_reader import spark_message, spark_path
 
 if TYPE_CHECKING:  # Spark is imported only when the checks pass
     from pyspark.sql import SparkSession

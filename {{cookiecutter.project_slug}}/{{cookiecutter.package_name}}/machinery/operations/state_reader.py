@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint.files import CheckpointUnreadable, held_format_version, local_checkpoint
 from ..core.confs import INTEGRITY_CONFS
-from ..core.text import first_line
+from ..job.spark_errors import root_message, spark_errors
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import DataFrame, SparkSession
@@ -131,23 +131,9 @@ def spark_path(location: str) -> str:
     return link
 
 
-def spark_errors() -> tuple[type[Exception], ...]:
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
-
-    return (PySparkException, Py4JJavaError)
-
-
 def spark_message(error: Exception) -> str:
-    """The first line of Spark's error and of its root cause, without the Java stack."""
-    java = getattr(error, "java_exception", None)
-    if java is None:
-        return _unlinked(first_line(str(error)))
-    root = java
-    while root.getCause() is not None and root.getCause() != root:
-        root = root.getCause()
-    message = first_line(str(java.toString()))
-    return _unlinked(message if root == java else f"{message} (caused by {first_line(str(root.toString()))})")
+    """The first line of Spark's error and of its root cause, naming the checkpoint where Spark named a link."""
+    return _unlinked(root_message(error))
 
 
 def _unlinked(message: str) -> str:

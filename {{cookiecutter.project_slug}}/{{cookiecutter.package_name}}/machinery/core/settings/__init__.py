@@ -14,6 +14,7 @@ from .model import (
     SinkSettings,
     SourceSettings,
     StateStoreSettings,
+    connect_url,
 )
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "SinkSettings",
     "SourceSettings",
     "StateStoreSettings",
+    "connect_url",
     "load_settings",
     "nearest_existing_folder",
     "unset_secrets",

@@ -117,6 +117,26 @@ def _not_blank(value: str) -> str:
 Folder = Annotated[str, AfterValidator(_not_blank)]
 
 
+CONNECT_URL = r"^sc://[^/;\s]+(/;\S*)?$"
+
+
+def connect_url(remote: str | None) -> str | None:
+    """The Spark Connect server to run through: spark.remote, else pyspark's own SPARK_REMOTE, else none."""
+    return remote or os.environ.get("SPARK_REMOTE") or None
+
+
+def _remote_problems(spark: SparkSettings) -> list[str]:
+    """SPARK_REMOTE is pyspark's; where it names no server (local, which starts one inside this process
+    on a JVM of its own), the job would be Spark Classic in disguise."""
+    url = spark.connect_url
+    if spark.remote is None and url is not None and not re.match(CONNECT_URL, url):
+        return [
+            f"SPARK_REMOTE is {url!r}, not a Spark Connect server's URL such as sc://host:15002; set spark.remote"
+            " (or SPARK_REMOTE) to the server's, or unset SPARK_REMOTE to run on spark.master"
+        ]
+    return []
+
+
 def _conf_scalar(value: Any) -> Any:
     if value is None or isinstance(value, dict | list):
         raise ValueError("a Spark conf value is text, a number or true/false")
@@ -136,6 +156,10 @@ class SparkSettings(Section):
     app_name: str = Field(PACKAGE, min_length=1, description="the Spark application name")
     master: str = Field(
         "local[2]", min_length=1, description="a Spark master URL such as local[2] or spark://host:7077"
+    )
+    # A Spark Connect server the job and its tools run through; null: a JVM this process starts (master).
+    remote: str | None = Field(
+        None, pattern=CONNECT_URL, description="a Spark Connect URL such as sc://host:15002, or null"
     )
     platform: Literal["oss", "databricks"] = Field("oss", description="oss or databricks")
     shuffle_partitions: int = Field(
@@ -166,6 +190,11 @@ class SparkSettings(Section):
     def _memory_size(cls, value: str) -> str:
         parse_memory("spark.driver_memory", value)
         return value.strip()
+
+    @property
+    def connect_url(self) -> str | None:
+        """The Spark Connect server to run through: spark.remote, else pyspark's own SPARK_REMOTE."""
+        return connect_url(self.remote)
 
     @property
     def sizing_executors(self) -> int:
@@ -795,12 +824,13 @@ class Settings(BaseSettings):
         """What a run needs beyond valid settings: a source, sink and store that fit the trigger, landing
         directories that exist, secrets that are set, and a checkpoint and output location this process can
         write to."""
-        problems = self.real_time_problems()
+        problems = self.real_time_problems() + _remote_problems(self.spark)
         problems += [problem for section, source in self.inputs.items() for problem in _input_problems(section, source)]
         problems += unset_secrets(self.spark.secret_conf_variables)
-        problems += _write_problems("query.checkpoint_location", self.query.checkpoint_location)
-        if self.sink.writes_files:
-            problems += _write_problems("sink.path", self.sink.path)
+        if self.spark.connect_url is None:  # through Spark Connect they are the server's folders, not this machine's
+            problems += _write_problems("query.checkpoint_location", self.query.checkpoint_location)
+            if self.sink.writes_files:
+                problems += _write_problems("sink.path", self.sink.path)
         if self.sink.type == "kafka":
             problems += unset_secrets(self.sink.kafka.secrets("sink"))
         return problems

@@ -21,6 +21,7 @@ side by side on 2 cores slow each other down.)
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -33,8 +34,9 @@ from .conftest import DEFAULT_BAKE, OTHER_BAKES, TEMPLATE, bake, run_in
 pytestmark = pytest.mark.slow
 
 PROOFS = Path(__file__).resolve().parent / "machinery"
-# CI leaves out the secondary proofs and the soak (as CI always has): make test-all runs them.
-LEFT_OUT = "" if os.environ.get("TEST_ALL") else " and not secondary and not soak"
+# CI leaves out the secondary proofs and the soak (as CI always has): make test-all runs them. The Connect
+# proofs run in a bake of their own (below).
+LEFT_OUT = ("" if os.environ.get("TEST_ALL") else " and not secondary and not soak") + " and not connect"
 BAKES = [
     # The default bake's proofs in two runs of about equal length, one after the other on one worker
     # (an xdist group): the crashes and the Kafka broker's proofs, then the rest.
@@ -75,6 +77,9 @@ BAKES = [
         marks=OTHER_BAKES,
         id="windowed_aggregation:chains-and-state-files",
     ),
+    # Through a Spark Connect server (tests/machinery/test_connect.py starts it): a default bake of its own,
+    # on the operator bakes' worker, the shorter one.
+    pytest.param({}, "connect", marks=OTHER_BAKES, id="windowed_aggregation:connect"),
     # Spark's real-time mode, on pyspark 4.3.0 (tests/real_time_spark.py) with the Kafka connector 4.2.0, the
     # newest the Maven Central mirror here serves (4.3.0's is not; 4.2.0 runs under Spark 4.3.0). After the
     # default bake's two runs, on their worker: the other bakes' worker is the longer one (about 2 minutes).
@@ -92,6 +97,11 @@ REAL_TIME_CONNECTOR = "4.2.0"
 def test_machinery_proofs_pass_in_a_real_bake(out, answers, markers, request):
     project = bake(out, **answers)
     shutil.copytree(PROOFS, project / "machinery_tests", ignore=shutil.ignore_patterns("__pycache__"))
+    if "connect" in markers:  # every other starter's project, run through the same Connect server
+        # The answers' first operator is this bake's.
+        for operator in json.loads((TEMPLATE / "cookiecutter.json").read_text())["stateful_operator"][1:]:
+            starter = bake(out / "starters", stateful_operator=operator)
+            shutil.move(starter, project / "machinery_tests" / "starters" / operator)
     python = None
     if answers.get("real_time"):
         settings = project / "settings.yaml"

@@ -117,6 +117,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "chains: queries of several stateful operators written into a copy of the project (test_chains.py)",
         "state_files: the state's files moved or damaged: savepoints, integrity faults (a second default bake runs them)",
         "real_time: Spark's real-time mode run for real (pyspark 4.3 and a broker): CI's real-time bake runs them",
+        "connect: through a Spark Connect server the test starts (spark.remote): CI's Connect bake runs them",
     ):
         config.addinivalue_line("markers", marker)
 
@@ -228,8 +229,8 @@ FILES_JOB_SESSION_TIMEOUT = timedelta(minutes=1)
 
 
 def operator_changes(operator: str, join_landing: Path | None = None) -> dict[str, Any]:
-    """Settings changes for the bake's operator: a second landing directory for a join, shorter spans."""
-    assert operator == BAKED_OPERATOR, f"this bake runs {BAKED_OPERATOR}, not {operator}"
+    """Settings changes for an operator's starter (the bake's, or another bake's: test_connect's starters): a
+    second landing directory for a join, shorter spans."""
     changes: dict[str, Any] = {"query": {}, "join_source": None}
     if operator == "stream_stream_join":
         join_files = {"path": str(join_landing), "max_files_per_trigger": 1}

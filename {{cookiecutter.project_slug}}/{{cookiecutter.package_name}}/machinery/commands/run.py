@@ -26,6 +26,7 @@ from ..job.endpoints.sinks import require_deltalake
 from ..job.guard import GuardReport, check_checkpoint
 from ..job.java import launched_by_spark_submit
 from ..job.real_time_checks import refuse_before_spark
+from ..job.remote import is_connect, require_server
 from ..job.spark_errors import message_chain
 from ..job.state_checks import local_checksum_failures
 from .arguments import (
@@ -59,6 +60,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if problems:
         raise SettingsError(problems)
     refuse_before_spark(settings)
+    if settings.spark.connect_url is not None:  # before the lock and the guard: a missing server changes nothing
+        require_server(settings.spark.connect_url)
     remarks_to = settings.monitoring.remarks_to(sys.stdout)
     # The lock keeps a second job or a repartition off this checkpoint while the guard reads it and
     # the job runs; Spark starts only after the checks (in _run), so that bad input never starts a JVM.
@@ -80,10 +83,17 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held:
     from ..job.endpoints.kafka import check_kafka_endpoints, require_brokers
     from ..job.runner import run_query, startup_line
     from ..job.schema_evolution import schema_refusal_advice
-    from ..job.session import job_session, log_dir
+    from ..job.session import job_session, log_dir, server_confs_missing
 
     with job_session(settings) as spark:
         print(startup_line(spark, settings), file=remarks_to, flush=True)
+        for key in server_confs_missing(spark, settings):
+            print(
+                f"spark.conf: {key} is fixed when Spark starts: the Spark Connect server keeps its own value"
+                f" ({spark.conf.get(key, None)}); set it where the server starts",
+                file=remarks_to,
+                flush=True,
+            )
         try:
             require_connectors(spark, settings)
             require_brokers(settings)
@@ -98,7 +108,8 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held:
                 return EXIT_QUERY_FAILED
             print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)
             # The console leaves out Spark's own lines of a failed batch (log4j2.properties): say where they are.
-            print(f"details: Spark's whole report of the failure is in {log_dir() / 'spark.log'}", file=sys.stderr)
+            report = "the Spark Connect server's log" if is_connect(spark) else log_dir() / "spark.log"
+            print(f"details: Spark's whole report of the failure is in {report}", file=sys.stderr)
             print(f"checkpoint: {settings.query.checkpoint_location}", file=sys.stderr)
             for line in damaged_checkpoint_advice(chain, settings.query.checkpoint_location):
                 print(line, file=sys.stderr)

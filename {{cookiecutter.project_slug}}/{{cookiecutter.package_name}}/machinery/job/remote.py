@@ -6,11 +6,14 @@ remote session (its columns and functions become Connect's), so the mode is aske
 
 from __future__ import annotations
 
+import importlib
 import socket
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+from ..core.contract import PACKAGE
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import SparkSession
@@ -66,10 +69,16 @@ def connect_session(url: str, confs: Mapping[str, str]) -> SparkSession:
     gone mid-run up in seconds. Each session has confs of its own on the server; those fixed when the
     server started (spark.driver.*, spark.jars, spark.sql.extensions) are the server's: static_confs_unset
     names the ones that differ."""
+    from pyspark import cloudpickle
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     require_server(url)
+    # The project's code travels with the query: functions and classes of the package (the query's
+    # processor, the deltalake writer's foreachBatch) are pickled by value, not by name, so the server's
+    # Python needs only the libraries (pyspark, deltalake, pandas), not this project. (Session artifacts
+    # would not do: Spark 4.2's foreachBatch worker does not import them.)
+    cloudpickle.register_pickle_by_value(importlib.import_module(PACKAGE))
     # The client warns as it gives a server up; the job's own line (server_gone) says it.
     warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
     spark = SparkSession.builder.remote(url).getOrCreate()

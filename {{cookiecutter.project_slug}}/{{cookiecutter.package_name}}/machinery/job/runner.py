@@ -105,6 +105,11 @@ def run_query(
     sizing = settings.sizing(plan) if any(operator.known for operator in plan) else None
     probe = local_probe(spark)
     warning = start_warning(settings, sizing, probe)
+    if is_connect(spark) and settings.state_store.provider == "hdfs" and plan:
+        warning = warning or (
+            "the Spark Connect server's heap is not visible from here: the heap watchdog is off; the HDFS-backed"
+            " state's memory is Spark's own figure on each progress line"
+        )
     if warning:
         print(f"memory: {warning}", file=remarks_to, flush=True)
     if plan and not settings.state_store.rows_tracked:  # a query with state

@@ -1,0 +1,224 @@
+"""The job and its tools through a Spark Connect server (`spark.remote`), with the client and the server killed.
+
+The server is a process of its own, started here from the project's own pyspark (spark-submit's
+SparkConnectServer class, local[2]), its Python workers on this interpreter with the project importable.
+Every client is `python main.py` or `python -m stream_job` as a process of its own: one process holds one
+of Spark Classic and Spark Connect, and this one runs the shared Classic session, which computes the batch
+oracle from the landing files. CI runs these proofs in a default bake of their own (marker `connect`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from pyspark.testing import assertDataFrameEqual
+from stream_job.machinery.core.operators import STARTERS
+from stream_job.machinery.job.endpoints.output import read_output
+
+from .conftest import (
+    BAKED_OPERATOR,
+    PROJECT_DIR,
+    batch_expectation,
+    clean_env,
+    committed_batches,
+    deep_merge,
+    digest,
+    expected_row_count,
+    files_job,
+    free_port,
+    run_python,
+)
+from .test_exactly_once import logged_batches
+
+pytestmark = [pytest.mark.connect, pytest.mark.streaming]
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+START_SECONDS = 120
+# The other starters' projects, baked beside this one by tests/test_machinery.py.
+STARTER_PROJECTS = Path(__file__).resolve().parent / "starters"
+FILES = 10  # one per batch, two seconds apart: a run long enough to kill its client and then its server
+
+
+class ConnectServer:
+    """A local Spark Connect server on a port of its own, as a process group that a test may SIGKILL."""
+
+    def __init__(self, folder: Path) -> None:
+        self.port = free_port()
+        self.url = f"sc://127.0.0.1:{self.port}"
+        self.log = folder / "connect-server.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        bin_folder = Path(sys.executable).parent
+        env = {
+            **clean_env(),
+            "PATH": f"{bin_folder}{os.pathsep}{os.environ['PATH']}",  # spark-submit finds its Spark through it
+            # The Python of its workers and foreachBatch: the project's libraries, not the project, whose code
+            # travels with the query (job/remote.py).
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        command = [str(bin_folder / "spark-submit"), "--class", SERVER_CLASS, "--master", "local[2]"]
+        command += ["--conf", f"spark.connect.grpc.binding.port={self.port}", "spark-internal"]
+        with open(self.log, "a") as log:
+            self.process = subprocess.Popen(
+                command, cwd=self.log.parent, stdout=log, stderr=log, env=env, start_new_session=True
+            )
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"the Connect server exited {self.process.returncode}: {self.log.read_text()[-3000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.5)
+        pytest.fail(f"the Connect server did not listen within {START_SECONDS} s: {self.log.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    server = ConnectServer(tmp_path_factory.mktemp("connect"))
+    server.start()
+    yield server
+    server.kill()
+
+
+def connect_job(
+    tmp_path: Path, server: ConnectServer, files: int = FILES, operator: str = BAKED_OPERATOR, **query: str
+) -> dict:
+    """files_job's run into parquet on RocksDB with changelog checkpointing, through the server."""
+    changes = files_job(tmp_path, "parquet", "rocksdb", changelog=True, files=files, operator=operator)
+    return deep_merge(changes, {"spark": {"remote": server.url}, "query": query})
+
+
+def client(*args: str, cwd: Path = PROJECT_DIR) -> subprocess.CompletedProcess[str]:
+    """`python args...` in the project folder (or another's), a Connect client process (no JVM of its own)."""
+    return run_python(*args, env=clean_env(), cwd=cwd)
+
+
+def start_client(settings_path: Path, log_path: Path) -> subprocess.Popen:
+    with open(log_path, "w") as log:
+        return subprocess.Popen(
+            [sys.executable, "main.py", "--settings", str(settings_path)],
+            cwd=PROJECT_DIR,
+            stdout=log,
+            stderr=log,
+            env=clean_env(),
+            start_new_session=True,
+        )
+
+
+def wait_for(condition, what: str, process: subprocess.Popen | None = None, seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if process is not None and process.poll() is not None:
+            pytest.fail(f"the client ended (exit {process.returncode}) before {what}")
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting until {what}")
+
+
+def test_a_job_through_connect_survives_its_client_and_its_server_killed(
+    spark, connect_server, write_settings, make_settings, tmp_path
+):
+    """Client SIGKILLed mid-run: its query lives on in the server, and the next start takes it over
+    (Spark's stopActiveRunOnRestart). Server SIGKILLed under a running client: one line, exit 1. The
+    server back: the next start runs to the end. The output equals the batch job's, no row lost or twice."""
+    path = write_settings(connect_job(tmp_path, connect_server, trigger="2 seconds"))
+    settings = make_settings(connect_job(tmp_path, connect_server, trigger="2 seconds"))
+    checkpoint = Path(settings.query.checkpoint_location)
+
+    first = start_client(path, tmp_path / "first.log")
+    wait_for(lambda: len(committed_batches(checkpoint)) >= 2, "two batches committed", first)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(timeout=30)
+    orphan_from = max(committed_batches(checkpoint))
+    # The query runs on in the server without its client: batches go on being committed.
+    wait_for(lambda: max(committed_batches(checkpoint)) > orphan_from, "the orphaned query commits a batch")
+
+    second = start_client(path, tmp_path / "second.log")
+    wait_for(lambda: "batch " in (tmp_path / "second.log").read_text(), "the second client runs a batch", second)
+    in_flight = lambda: logged_batches(checkpoint)[-1] not in committed_batches(checkpoint)  # noqa: E731
+    wait_for(in_flight, "a batch is in flight", second, seconds=60)
+    connect_server.kill()
+    assert second.wait(timeout=120) == 1
+    said = (tmp_path / "second.log").read_text()
+    assert said.count("spark connect error:") == 1, said
+    line = next(line for line in said.splitlines() if line.startswith("spark connect error:"))
+    assert line == (
+        f"spark connect error: spark.remote {connect_server.url}: the Spark Connect server stopped answering while"
+        f" query {settings.query.name} ran; its checkpoint is where the server keeps it: start the job again once"
+        " the server is back (a batch in flight runs again)"
+    )
+    assert "Traceback" not in said
+
+    connect_server.start()
+    finish = client(
+        "main.py", "--settings", str(write_settings(connect_job(tmp_path, connect_server, trigger="available_now")))
+    )
+    assert finish.returncode == 0, finish.stdout[-2000:] + finish.stderr[-3000:]
+    assert f"through Spark Connect {connect_server.url}" in finish.stdout
+    assert committed_batches(checkpoint) == list(range(FILES + 1))  # each file, then the closing batch
+    expected = batch_expectation(spark, settings)
+    assert expected.count() == expected_row_count(settings.query.operator, files=FILES)
+    assertDataFrameEqual(read_output(spark, settings.sink), expected)
+
+    # The guard through Connect: a checkpoint pinned to 2 partitions refuses 3, and nothing changes.
+    before = digest(checkpoint)
+    drift = deep_merge(
+        connect_job(tmp_path, connect_server, trigger="available_now"), {"spark": {"shuffle_partitions": 3}}
+    )
+    refused = client("main.py", "--settings", str(write_settings(drift)))
+    assert refused.returncode == 4, refused.stderr[-3000:]
+    assert "shuffle_partitions" in refused.stderr and refused.stderr.count("\n") <= 3, refused.stderr
+    assert digest(checkpoint) == before
+
+    # inspect, through the server's state sources.
+    inspected = client("-m", "stream_job", "inspect", "--settings", str(path), "--json")
+    assert inspected.returncode == 0, inspected.stderr[-3000:]
+
+
+def test_no_server_at_spark_remote_is_one_line(write_settings, tmp_path):
+    url = f"sc://127.0.0.1:{free_port()}"
+    changes = deep_merge(files_job(tmp_path, "parquet", "rocksdb"), {"spark": {"remote": url}})
+    started = time.monotonic()
+    result = client("main.py", "--settings", str(write_settings(changes)))
+    assert result.returncode == 3
+    assert result.stderr.startswith(f"spark connect error: spark.remote {url}: no Spark Connect server answers at")
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert time.monotonic() - started < 30
+    assert not Path(changes["query"]["checkpoint_location"]).exists()
+
+
+def test_every_starter_runs_through_connect(spark, connect_server, tmp_path):
+    """Each other starter's project, run through the same server to the end of its input: the rows its
+    shape gives (deduplicated_count: the files repeat no event, so the windowed count's)."""
+    starters = {folder.name: folder for folder in STARTER_PROJECTS.iterdir()} if STARTER_PROJECTS.is_dir() else {}
+    assert sorted(starters) == sorted(set(STARTERS) - {BAKED_OPERATOR}), "tests/test_machinery.py bakes them"
+    for operator, project in sorted(starters.items()):
+        folder = tmp_path / operator
+        changes = connect_job(folder, connect_server, files=6, operator=operator, trigger="available_now")
+        settings_path = folder / "settings.yaml"  # the starter's own settings (its query's params), changed
+        settings_path.write_text(
+            yaml.safe_dump(deep_merge(yaml.safe_load((project / "settings.yaml").read_text()), changes))
+        )
+        result = client("main.py", "--settings", str(settings_path), cwd=project)
+        assert result.returncode == 0, f"{operator}: {result.stdout[-2000:]}{result.stderr[-3000:]}"
+        rows = spark.read.parquet(changes["sink"]["path"]).count()
+        counted_as = "windowed_aggregation" if operator == "deduplicated_count" else operator
+        assert rows == expected_row_count(counted_as, files=6), operator

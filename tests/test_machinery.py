@@ -98,10 +98,11 @@ def test_machinery_proofs_pass_in_a_real_bake(out, answers, markers, request):
     project = bake(out, **answers)
     shutil.copytree(PROOFS, project / "machinery_tests", ignore=shutil.ignore_patterns("__pycache__"))
     if "connect" in markers:  # every other starter's project, run through the same Connect server
+        (project / "connect-starters").mkdir()
         # The answers' first operator is this bake's.
         for operator in json.loads((TEMPLATE / "cookiecutter.json").read_text())["stateful_operator"][1:]:
             starter = bake(out / "starters", stateful_operator=operator)
-            shutil.move(starter, project / "machinery_tests" / "starters" / operator)
+            shutil.move(starter, project / "connect-starters" / operator)
     python = None
     if answers.get("real_time"):
         settings = project / "settings.yaml"

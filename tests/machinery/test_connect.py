@@ -43,8 +43,9 @@ pytestmark = [pytest.mark.connect, pytest.mark.streaming]
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_SECONDS = 120
-# The other starters' projects, baked beside this one by tests/test_machinery.py.
-STARTER_PROJECTS = Path(__file__).resolve().parent / "starters"
+# The other starters' projects, baked into this one by tests/test_machinery.py (outside the proofs' folder,
+# where pytest would collect their own tests).
+STARTER_PROJECTS = PROJECT_DIR / "connect-starters"
 FILES = 10  # one per batch, two seconds apart: a run long enough to kill its client and then its server
 
 

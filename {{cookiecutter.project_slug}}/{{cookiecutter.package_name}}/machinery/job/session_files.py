@@ -130,3 +130,19 @@ class SessionFiles:
             if found == key or key in found.parents:
                 return name / found.relative_to(key)
         return Path(found)
+
+
+class CheckpointOnServer(Exception):
+    """A tool that writes into the checkpoint, on a checkpoint this machine does not see; the message names it."""
+
+
+def require_this_machines(spark: SparkSession, location: str, tool: str) -> None:
+    """CheckpointOnServer unless this machine sees the checkpoint's folder (checkpoint_files): the tools that
+    write into it (savepoint, restore, repartition's copy) copy files with this machine's file system, and
+    Spark's session reads files but copies none."""
+    if is_connect(spark) and checkpoint_files(spark, location) is not LOCAL:
+        raise CheckpointOnServer(
+            f"{tool}: {location} is on the Spark Connect server's file system, which this machine cannot write (the"
+            " session reads files, it copies none); run it where the folder is mounted, without spark.remote;"
+            " nothing was changed"
+        )

@@ -408,8 +408,8 @@ def test_the_guard_and_inspect_read_a_checkpoint_through_the_session_as_from_the
     same reads, the same drift refused, the same inspection as this machine's files give; nothing changed."""
     folder, changes = checkpoints["rocksdb"]
     checkpoint = folder / "checkpoint"
-    on_server = Path("/spark-connect-server") / "checkpoint"  # the checkpoint's name for the guard; nothing there
-    through_session = SessionFiles(spark, on_server, f"file:{checkpoint}")
+    on_server = Path("/spark-connect-server")  # the folders' names for the guard: nothing there on this machine
+    through_session = SessionFiles(spark, on_server / "checkpoint", f"file:{checkpoint}")
     before = digest(checkpoint)
     assert checkpoint_files(spark, str(checkpoint)) is LOCAL  # Spark Classic: a local path is this machine's
 
@@ -417,27 +417,38 @@ def test_the_guard_and_inspect_read_a_checkpoint_through_the_session_as_from_the
     on_disk = check_checkpoint(load_settings(write_settings_file(folder / "same.yaml", changes)))
     local_seconds = time.perf_counter() - started
     drifted = deep_merge(
-        changes, {"spark": {"shuffle_partitions": 1}, "query": {"checkpoint_location": str(on_server)}}
+        changes,
+        {
+            "spark": {"shuffle_partitions": 1},
+            "query": {"checkpoint_location": str(on_server / "checkpoint")},
+            "sink": {"path": str(on_server / "output")},
+        },
     )
     started = time.perf_counter()
-    read = check_checkpoint(load_settings(write_settings_file(folder / "server.yaml", drifted)), through_session)
+    server_settings = load_settings(write_settings_file(folder / "server.yaml", drifted))
+    read = check_checkpoint(server_settings, through_session, output_seen=False)
     session_seconds = time.perf_counter() - started
     print(f"guard: {local_seconds:.2f} s from the disk, {session_seconds:.2f} s through the session")
 
     assert read.held is not None and on_disk.held is not None
-    assert replace(read.held, checkpoint=checkpoint) == on_disk.held
+    # The same checkpoint read; the output (its log beside it) from this machine's disk only.
+    unnamed = {"sink_log": None, "output_columns": None}
+    assert replace(read.held, checkpoint=checkpoint) == replace(on_disk.held, **unnamed)
     (drift,) = read.drifts
-    assert drift.message(str(on_server)).startswith(
-        f"spark.shuffle_partitions is 1 in settings, but the checkpoint {on_server} holds 2: "
+    assert drift.message(str(on_server / "checkpoint")).startswith(
+        f"spark.shuffle_partitions is 1 in settings, but the checkpoint {on_server / 'checkpoint'} holds 2: "
     )
+    assert read.refusals == on_disk.refusals == []
     assert read.notes == [
+        f"sink.path {on_server / 'output'} is not compared with the checkpoint before the start: it is on the Spark"
+        " Connect server's file system, and Spark reads no file of an output's log through a session",
         *changelog_notes(load_settings(folder / "same.yaml"), checkpoint),
-        f"the RocksDB snapshots of {on_server} are not checked before the start: they are on the Spark Connect"
+        f"the RocksDB snapshots of {on_server / 'checkpoint'} are not checked before the start: they are on the Spark Connect"
         " server's file system, and each would be copied here whole; Spark checks each as it loads it",
     ]
 
     facts = checkpoint_facts(str(checkpoint))
-    assert checkpoint_facts(str(on_server), files=through_session) == facts
+    assert checkpoint_facts(str(on_server / "checkpoint"), files=through_session) == facts
     inspected = inspect_checkpoint(spark, str(checkpoint), facts, files=through_session).to_dict()
     for operator in inspected["operators"]:  # counted where the files are this machine's only
         assert operator.pop("disk_bytes") is operator.pop("disk_bytes_per_partition") is None

@@ -70,10 +70,12 @@ class GuardReport:
         return not self.drifts and not self.refusals
 
 
-def check_checkpoint(settings: Settings, files: Files = LOCAL) -> GuardReport:
+def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool = True) -> GuardReport:
     """Compare the settings with the checkpoint they point at (nothing to compare when there is none), its
-    files read where they are (job/session_files.py checkpoint_files: on a Spark Connect server, through
-    the session)."""
+    files read where they are (session_files.py checkpoint_files: on a Spark Connect server's disk, through
+    the session). The output is compared where this machine sees it only (`output_seen`): Spark reads no
+    file of the parquet sink's log (`_spark_metadata`) through a session, and the deltalake library reads
+    from this machine's disk."""
     location = settings.query.checkpoint_location
     report = GuardReport(location)
     checkpoint = local_checkpoint(location)
@@ -83,10 +85,17 @@ def check_checkpoint(settings: Settings, files: Files = LOCAL) -> GuardReport:
     unfinished = interrupted(checkpoint, files)
     if unfinished is not None:  # checked first: mid-way the checkpoint may even be missing
         raise CheckpointUnreadable(unfinished.message())
-    held = with_output(settings, read_checkpoint(checkpoint, files))
+    held = read_checkpoint(checkpoint, files)
+    if output_seen:
+        held = with_output(settings, held)
+        check_sink_log(held.sink_log)
+        report.refusals += output_ahead(settings, held)
+    elif settings.sink.writes_files:
+        report.notes.append(
+            f"sink.path {settings.sink.path} is not compared with the checkpoint before the start: it is on the Spark"
+            " Connect server's file system, and Spark reads no file of an output's log through a session"
+        )
     report.held = held
-    check_sink_log(held.sink_log)
-    report.refusals += output_ahead(settings, held)
     if held.last_batch is None:
         report.notes.append(f"no checkpoint yet at {checkpoint}: this run starts one")
         return report
@@ -97,7 +106,7 @@ def check_checkpoint(settings: Settings, files: Files = LOCAL) -> GuardReport:
     report.drifts += [] if held.stateless else format_version_drifts(settings, held)
     report.drifts += source_drifts(settings, held.last_batch, held.offsets)
     report.refusals += moved_paths(settings, held)
-    report.refusals += lost_output(settings, held)
+    report.refusals += lost_output(settings, held) if output_seen else []
     if not any(drift.setting == "state_store.provider" for drift in report.drifts):
         report.notes += changelog_notes(settings, checkpoint, files)
         if settings.state_store.provider == "rocksdb" and held.last_committed is not None and files is not LOCAL:

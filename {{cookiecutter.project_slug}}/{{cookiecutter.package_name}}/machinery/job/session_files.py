@@ -77,39 +77,64 @@ class SessionFiles:
 
     def read(self, path: Path) -> bytes | None:
         if path not in self._read:
-            self._read[path] = self._content(path) if path in self._files_under(path.parent) else None
+            listed = self._covering(path.parent)
+            absent = listed is not None and path not in self._listed[listed]
+            self._read[path] = None if absent else self._content(path)
         return self._read[path]
 
-    def _content(self, path: Path) -> bytes | None:
-        rows = self._spark.read.format("binaryFile").load(self._uri(path)).select("content").collect()
-        return bytes(rows[0].content) if rows else None
-
     def exists(self, path: Path) -> bool:
-        return path in self._files_under(path.parent) or bool(self._files_under(path))
+        return any(found == path or path in found.parents for found in self._listing(path))
+
+    def _content(self, path: Path) -> bytes | None:
+        """The file's bytes, read by Spark (None where there is no such file: a folder's files are not it)."""
+        rows = self._spark_read(self._spark.read.format("binaryFile").load, path, lambda df: df.collect())
+        return next((bytes(row.content) for row in rows if self._path(row.path) == path), None)
 
     def _files_under(self, folder: Path) -> set[Path]:
-        """The files anywhere under `folder`, from a listing made once: of a folder above it that Spark's
-        listing shows it in (the checkpoint, or the folder beside it listed first), else of its own."""
-        listed = next((base for base in self._listed if _shown_in(folder, base)), None)
+        return {path for path in self._listing(folder) if folder in path.parents}
+
+    def _listing(self, folder: Path) -> set[Path]:
+        """The files of a listing made once that shows those under `folder`: of a folder above it already
+        listed, else of the checkpoint's folder it is in (`state`, `commits`: a reader of one lists no
+        other), else of the first folder on the way whose name Spark's listing leaves out, else its own."""
+        listed = self._covering(folder)
         if listed is None:
-            listed = self._root if _shown_in(folder, self._root) else folder
+            listed = self._listing_base(folder)
             self._listed[listed] = self._list(listed)
-        return {path for path in self._listed[listed] if folder in path.parents}
+        return self._listed[listed]
+
+    def _covering(self, folder: Path) -> Path | None:
+        return next((base for base in self._listed if _shown_in(folder, base)), None)
+
+    def _listing_base(self, folder: Path) -> Path:
+        if folder == self._root or self._root not in folder.parents:
+            return folder
+        base = self._root / folder.relative_to(self._root).parts[0]
+        if _shown_in(folder, base):
+            return base
+        for part in folder.relative_to(base).parts:
+            base = base / part
+            if _hidden(part):
+                break
+        return base
 
     def _list(self, folder: Path) -> set[Path]:
+        files = self._spark.read.format("binaryFile").option("recursiveFileLookup", "true").load
+        return {self._path(uri) for uri in self._spark_read(files, folder, lambda df: df.inputFiles())}
+
+    def _spark_read(self, load, path: Path, answer) -> list:
+        """`answer` of the binaryFile frame of `path` ([] where there is nothing). A folder above the
+        checkpoint: only what is named like it (the copies a repartition leaves beside it, interrupted in
+        core/checkpoint/files.py), not the other jobs' checkpoints there."""
         from pyspark.errors import AnalysisException
 
-        files = self._spark.read.format("binaryFile").option("recursiveFileLookup", "true")
-        # A folder above the checkpoint: only what is named like it (the copies a repartition leaves beside
-        # it, core/checkpoint/files.py interrupted), not the other jobs' checkpoints there.
-        where = f"{self._uri(folder)}/{self._root.name}*" if folder in self._root.parents else self._uri(folder)
+        where = f"{self._uri(path)}/{self._root.name}*" if path in self._root.parents else self._uri(path)
         try:
-            uris = files.load(where).inputFiles()
+            return list(answer(load(where)))
         except AnalysisException as error:
             if error.getCondition() == "PATH_NOT_FOUND":
-                return set()
+                return []
             raise
-        return {self._path(uri) for uri in uris}
 
     def _uri(self, path: Path) -> str:
         """Where Spark finds `path`: under the checkpoint's location as it was given (a folder above the

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import sys
+import time
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from stream_job.machinery.core.checkpoint.files import LOCAL
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
+from stream_job.machinery.job.guard import changelog_notes, check_checkpoint
 from stream_job.machinery.job.runner import run_query
 from stream_job.machinery.job.session import apply_confs
+from stream_job.machinery.job.session_files import SessionFiles, checkpoint_files
+from stream_job.machinery.operations.inspection import checkpoint_facts, inspect_checkpoint
 
 from .conftest import (
     ANY_PROVIDER,
@@ -394,3 +400,60 @@ def test_a_processor_whose_worker_modules_are_missing_is_named_before_the_start(
         " sys.modules); pip install protobuf there (and list it in pyproject.toml's dependencies); nothing was started"
     )
     assert not (tmp_path / "checkpoint").exists()
+
+
+def test_the_guard_and_inspect_read_a_checkpoint_through_the_session_as_from_the_disk(spark, checkpoints):
+    """What a checkpoint on a Spark Connect server's disk is read by: Spark's binaryFile reads and listings,
+    here under a name with nothing on this machine's disk, so that every read goes through the session. The
+    same reads, the same drift refused, the same inspection as this machine's files give; nothing changed."""
+    folder, changes = checkpoints["rocksdb"]
+    checkpoint = folder / "checkpoint"
+    on_server = Path("/spark-connect-server")  # the folders' names for the guard: nothing there on this machine
+    through_session = SessionFiles(spark, on_server / "checkpoint", f"file:{checkpoint}")
+    before = digest(checkpoint)
+    assert checkpoint_files(spark, str(checkpoint)) is LOCAL  # Spark Classic: a local path is this machine's
+
+    started = time.perf_counter()
+    on_disk = check_checkpoint(load_settings(write_settings_file(folder / "same.yaml", changes)))
+    local_seconds = time.perf_counter() - started
+    drifted = deep_merge(
+        changes,
+        {
+            "spark": {"shuffle_partitions": 1},
+            "query": {"checkpoint_location": str(on_server / "checkpoint")},
+            "sink": {"path": str(on_server / "output")},
+        },
+    )
+    started = time.perf_counter()
+    server_settings = load_settings(write_settings_file(folder / "server.yaml", drifted))
+    read = check_checkpoint(server_settings, through_session, output_seen=False)
+    session_seconds = time.perf_counter() - started
+    print(f"guard: {local_seconds:.2f} s from the disk, {session_seconds:.2f} s through the session")
+
+    assert read.held is not None and on_disk.held is not None
+    # The same checkpoint read; the output (its log beside it) from this machine's disk only.
+    unnamed = {"sink_log": None, "output_columns": None}
+    assert replace(read.held, checkpoint=checkpoint) == replace(on_disk.held, **unnamed)
+    (drift,) = read.drifts
+    assert drift.message(str(on_server / "checkpoint")).startswith(
+        f"spark.shuffle_partitions is 1 in settings, but the checkpoint {on_server / 'checkpoint'} holds 2: "
+    )
+    assert read.refusals == on_disk.refusals == []
+    assert read.notes == [
+        f"sink.path {on_server / 'output'} is not compared with the checkpoint before the start: it is on the Spark"
+        " Connect server's file system, and Spark reads no file of an output's log through a session",
+        *changelog_notes(load_settings(folder / "same.yaml"), checkpoint),
+        f"the RocksDB snapshots of {on_server / 'checkpoint'} are not checked before the start: they are on the Spark Connect"
+        " server's file system, and each would be copied here whole; Spark checks each as it loads it",
+    ]
+
+    facts = checkpoint_facts(str(checkpoint))
+    assert checkpoint_facts(str(on_server / "checkpoint"), files=through_session) == facts
+    inspected = inspect_checkpoint(spark, str(checkpoint), facts, files=through_session).to_dict()
+    for operator in inspected["operators"]:  # counted where the files are this machine's only
+        assert operator.pop("disk_bytes") is operator.pop("disk_bytes_per_partition") is None
+    local = inspect_checkpoint(spark, str(checkpoint), facts).to_dict()
+    for operator in local["operators"]:
+        del operator["disk_bytes"], operator["disk_bytes_per_partition"]
+    assert inspected == local
+    assert digest(checkpoint) == before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ from stream_job.machinery.core.checkpoint.files import CheckpointUnreadable
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.runner import build_result, run_query
 from stream_job.machinery.job.session import apply_confs
-from stream_job.machinery.job.state_fit import StateKeyChanged, check_state_key, state_keys
+from stream_job.machinery.job.session_files import SessionFiles
+from stream_job.machinery.job.state_fit import KeyRecord, StateKeyChanged, check_state_key, state_keys
 
 from .conftest import BAKED_OPERATOR, digest, edited_query, files_job, run_main, write_settings_file
 
@@ -36,6 +38,12 @@ def test_the_state_key_of_each_operator_is_read_from_the_plan(spark, tmp_path, o
     assert state_keys(build_result(spark, settings)) == [STATE_KEYS[operator]]
 
 
+def records(checkpoint: Path) -> list[dict]:
+    """The state key records Spark wrote in the checkpoint's state_key folder, oldest first."""
+    lines = [line for path in (checkpoint / "state_key").glob("part-*") for line in path.read_text().splitlines()]
+    return sorted(map(json.loads, lines), key=lambda record: record["version"])
+
+
 def finished_checkpoint(spark, folder: Path, operator: str) -> Path:
     """Settings of a real run of `operator` over two landing files, which recorded its state key."""
     path = write_settings_file(
@@ -44,8 +52,8 @@ def finished_checkpoint(spark, folder: Path, operator: str) -> Path:
     settings = load_settings(path)
     apply_confs(spark, settings)
     assert run_query(spark, settings).exception() is None
-    record = json.loads((folder / "checkpoint" / "state_key.json").read_text())
-    assert record == {"state_keys": [STATE_KEYS[operator]], "windows": [STATE_WINDOWS.get(operator)]}
+    record = {"version": 1, "state_keys": [STATE_KEYS[operator]], "windows": [STATE_WINDOWS.get(operator)]}
+    assert records(folder / "checkpoint") == [record]
     return path
 
 
@@ -63,7 +71,7 @@ def test_a_grouping_key_changed_in_the_code_is_refused_and_nothing_is_touched(sp
     assert run.stderr.splitlines()[-1] == (
         f"checkpoint error: the state key changed: the state in this checkpoint was written keyed by aggregation by"
         f" {WINDOW}, key string, and this query keys it by aggregation by {WINDOW}, event_id string (recorded in"
-        f" {tmp_path / 'checkpoint' / 'state_key.json'}). Spark would read the old state under the new key without"
+        f" {tmp_path / 'checkpoint' / 'state_key'}). Spark would read the old state under the new key without"
         " an error and give wrong results. Either change the query back, or set query.checkpoint_location to a new"
         " directory and sink.path to an empty one, and reprocess the input from the start."
     )
@@ -87,23 +95,46 @@ def test_a_changed_deduplication_key_is_refused(spark, tmp_path):
 
 def test_a_missing_record_is_made_again_and_said_and_a_damaged_one_is_named(spark, tmp_path):
     settings = load_settings(finished_checkpoint(spark, tmp_path, BAKED_OPERATOR))
-    record = tmp_path / "checkpoint" / "state_key.json"
-    record.unlink()
-    (tmp_path / "checkpoint" / ".state_key.json.crc").unlink()
+    checkpoint, location = tmp_path / "checkpoint", settings.query.checkpoint_location
+    folder = checkpoint / "state_key"
+    shutil.rmtree(folder)
     result = build_result(spark, settings)
-    note = check_state_key(spark, result, settings.query.checkpoint_location)
-    assert note == f"{record} was missing (a checkpoint older than this check): recorded {STATE_KEYS[BAKED_OPERATOR]}"
-    assert json.loads(record.read_text()) == {
-        "state_keys": [STATE_KEYS[BAKED_OPERATOR]],
-        "windows": [STATE_WINDOWS.get(BAKED_OPERATOR)],
-    }
+    note = check_state_key(spark, result, location)
+    assert note == f"{folder} was missing (a checkpoint older than this check): recorded {STATE_KEYS[BAKED_OPERATOR]}"
+    assert records(checkpoint) == [
+        {"version": 1, "state_keys": [STATE_KEYS[BAKED_OPERATOR]], "windows": [STATE_WINDOWS.get(BAKED_OPERATOR)]}
+    ]
 
-    record.write_text('{"state_keys": "half')  # its checksum file no longer matches: Hadoop refuses it first
-    with pytest.raises(CheckpointUnreadable, match=f"^{record}: not a state key record \\(damaged\\?\\); remove it"):
-        check_state_key(spark, result, settings.query.checkpoint_location)
-    record.unlink()  # as the line says (its checksum file left where it is): recorded again
-    assert check_state_key(spark, result, settings.query.checkpoint_location).startswith(f"{record} was missing")
-    assert json.loads(record.read_text())["state_keys"] == [STATE_KEYS[BAKED_OPERATOR]]
+    (part,) = folder.glob("part-*")
+    part.write_text('{"state_keys": "half')
+    with pytest.raises(CheckpointUnreadable, match=f"^{part}: not a state key record \\(damaged\\?\\); remove it"):
+        check_state_key(spark, result, location)
+    part.unlink()  # as the line says (its checksum file left where it is): recorded again
+    assert check_state_key(spark, result, location).startswith(f"{folder} was missing")
+    assert records(checkpoint)[-1]["state_keys"] == [STATE_KEYS[BAKED_OPERATOR]]
+
+
+def test_the_record_reads_and_writes_through_the_session_and_an_older_templates_file_is_read(spark, tmp_path):
+    """The record through the session's files (what a Spark Connect server's checkpoint is read by); the
+    state_key.json of an older template still read."""
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "commits").mkdir(parents=True)
+    (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+    through_session = SessionFiles(spark, checkpoint, str(checkpoint))
+    older = {"state_keys": ["aggregation by key string"], "windows": ["1 minute"]}
+    (checkpoint / "state_key.json").write_text(json.dumps(older))
+    record = KeyRecord(spark, str(checkpoint), through_session)
+    assert (record.read(), record.location, record.has_commits()) == (
+        (older["state_keys"], older["windows"]),
+        f"{checkpoint}/state_key.json",
+        True,
+    )
+    record.write(["deduplication by event_id string"], [None])
+    again = KeyRecord(spark, str(checkpoint), SessionFiles(spark, checkpoint, str(checkpoint)))
+    assert (again.read(), again.location) == ((["deduplication by event_id string"], [None]), f"{checkpoint}/state_key")
+    assert records(checkpoint) == [
+        {"version": 1, "state_keys": ["deduplication by event_id string"], "windows": [None]}
+    ]
 
 
 def test_a_query_without_commits_records_its_own_key(spark, tmp_path):
@@ -114,8 +145,7 @@ def test_a_query_without_commits_records_its_own_key(spark, tmp_path):
     events = spark.readStream.schema("event_id string, key string, event_time timestamp").json(str(tmp_path))
     deduplicated = events.withWatermark("event_time", "1 minute").dropDuplicatesWithinWatermark(["event_id"])
     assert check_state_key(spark, deduplicated, str(checkpoint)) is None
-    recorded = json.loads((checkpoint / "state_key.json").read_text())
-    assert recorded == {"state_keys": [STATE_KEYS["deduplication"]], "windows": [None]}
+    assert records(checkpoint) == [{"version": 1, "state_keys": [STATE_KEYS["deduplication"]], "windows": [None]}]
 
 
 @pytest.mark.skipif(BAKED_OPERATOR != "windowed_aggregation", reason="the windowed count's query.window")
@@ -124,7 +154,7 @@ def test_a_changed_window_is_refused_and_setting_it_back_loses_nothing(spark, tm
     columns) and writes overlapping windows, one key's events split between them. Refused before a
     batch runs, the checkpoint and output unchanged; an older record without windows gets them."""
     settings_path = finished_checkpoint(spark, tmp_path, "windowed_aggregation")
-    record = tmp_path / "checkpoint" / "state_key.json"
+    record = tmp_path / "checkpoint" / "state_key"
     before = digest(tmp_path / "checkpoint"), digest(tmp_path / "output")
     wider = tmp_path / "wider.yaml"
     wider.write_text(settings_path.read_text().replace("window: 1 minute", "window: 2 minutes"))
@@ -142,11 +172,13 @@ def test_a_changed_window_is_refused_and_setting_it_back_loses_nothing(spark, tm
     )
     assert (digest(tmp_path / "checkpoint"), digest(tmp_path / "output")) == before
 
-    # A record from before windows were kept: the next start adds them, and then refuses a change.
-    record.write_text(json.dumps({"state_keys": [STATE_KEYS["windowed_aggregation"]]}))
-    (tmp_path / "checkpoint" / ".state_key.json.crc").unlink()
+    # An older template's record, from before windows were kept: the next start adds them, then refuses a change.
+    shutil.rmtree(record)
+    (tmp_path / "checkpoint" / "state_key.json").write_text(
+        json.dumps({"state_keys": [STATE_KEYS["windowed_aggregation"]]})
+    )
     assert (
         check_state_key(spark, build_result(spark, load_settings(settings_path)), str(tmp_path / "checkpoint")) is None
     )
-    assert json.loads(record.read_text())["windows"] == ["1 minute"]
+    assert records(tmp_path / "checkpoint")[-1]["windows"] == ["1 minute"]
     assert run_main("--settings", str(wider)).returncode == 4

@@ -32,6 +32,7 @@ from ..job.java import JavaError
 from ..job.query_plan import QueryRefused
 from ..job.remote import ServerGone, ServerUnreachable
 from ..job.schema_evolution import StateSchemaRefused
+from ..job.session_files import CheckpointOnServer
 from ..job.state_fit import OperatorsChanged, OutputColumnsChanged, StateKeyChanged, StateWindowChanged
 from ..operations.inspection import InspectError
 from ..operations.repartition import RepartitionRefused
@@ -49,6 +50,7 @@ REFUSALS: dict[type[Exception], tuple[str, int]] = {
     JvmStartError: ("spark error", EXIT_MISSING_DEPENDENCY),
     MissingPackageError: ("package error", EXIT_MISSING_DEPENDENCY),
     CheckpointUnreadable: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
+    CheckpointOnServer: ("checkpoint error", EXIT_BAD_INPUT),
     CheckpointBusy: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     OperatorsChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     StateKeyChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),

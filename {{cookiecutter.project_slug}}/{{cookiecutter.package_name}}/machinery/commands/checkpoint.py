@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..core.checkpoint.files import CheckpointRead
+from ..core.checkpoint.files import LOCAL, CheckpointRead
 from ..core.settings import DEFAULT_SETTINGS_FILE, Settings, load_settings
 from ..job.guard import check_checkpoint
 from .arguments import EXIT_CHECKPOINT_DRIFT, add_settings_argument, non_negative_int
@@ -94,15 +94,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     facts = checkpoint_facts(location, args.batch_id)  # what can be checked before Spark starts
     from ..job.query_plan import planned_operators
     from ..job.session import secret_confs, tool_session
+    from ..job.session_files import checkpoint_files
 
     # The user's own confs may carry what a cloud checkpoint needs (credentials, file systems).
     confs = {} if settings is None else {key: str(value) for key, value in settings.spark.conf.items()}
     if settings is not None:
         confs.update(secret_confs(settings))
     with tool_session("inspect-state", {**confs, **reader_confs(location)}, settings) as spark:
+        files = checkpoint_files(spark, location)
+        if files is not LOCAL:  # the checkpoint of a Spark Connect server: its facts are read through the session
+            facts = checkpoint_facts(location, args.batch_id, files)
         if args.key is not None or args.changes:
             return _inspect_key(spark, location, facts, args)
-        inspection = inspect_checkpoint(spark, location, facts, args.batch_id)
+        inspection = inspect_checkpoint(spark, location, facts, args.batch_id, files)
         plan = [] if settings is None else planned_operators(spark, settings)
         if settings is not None and any(operator.known for operator in plan):  # each operator's estimate
             inspection.estimate = settings.sizing(plan)

@@ -89,8 +89,8 @@ def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held:
         print(startup_line(spark, settings), file=remarks_to, flush=True)
         for key in server_confs_missing(spark, settings):
             print(
-                f"spark.conf: {key} is fixed when Spark starts: the Spark Connect server keeps its own value"
-                f" ({spark.conf.get(key, None)}); set it where the server starts",
+                f"spark.conf: {key} is fixed when Spark starts, and the Spark Connect server keeps its own; set it"
+                " where the server starts",
                 file=remarks_to,
                 flush=True,
             )

@@ -17,9 +17,11 @@ from pathlib import Path
 
 from ..core.checkpoint.files import (
     LANDING_FLAGS,
+    LOCAL,
     START_OVER,
     CheckpointRead,
     CheckpointUnreadable,
+    Files,
     interrupted,
     local_checkpoint,
     read_checkpoint,
@@ -68,21 +70,32 @@ class GuardReport:
         return not self.drifts and not self.refusals
 
 
-def check_checkpoint(settings: Settings) -> GuardReport:
-    """Compare the settings with the checkpoint they point at (nothing to compare when there is none)."""
+def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool = True) -> GuardReport:
+    """Compare the settings with the checkpoint they point at (nothing to compare when there is none), its
+    files read where they are (session_files.py checkpoint_files: on a Spark Connect server's disk, through
+    the session). The output is compared where this machine sees it only (`output_seen`): Spark reads no
+    file of the parquet sink's log (`_spark_metadata`) through a session, and the deltalake library reads
+    from this machine's disk."""
     location = settings.query.checkpoint_location
     report = GuardReport(location)
     checkpoint = local_checkpoint(location)
     if checkpoint is None:
         report.notes.append(f"checkpoint {location} is not on the local file system; the guard cannot read it")
         return report
-    unfinished = interrupted(checkpoint)
+    unfinished = interrupted(checkpoint, files)
     if unfinished is not None:  # checked first: mid-way the checkpoint may even be missing
         raise CheckpointUnreadable(unfinished.message())
-    held = with_output(settings, read_checkpoint(checkpoint))
+    held = read_checkpoint(checkpoint, files)
+    if output_seen:
+        held = with_output(settings, held)
+        check_sink_log(held.sink_log)
+        report.refusals += output_ahead(settings, held)
+    elif settings.sink.writes_files:
+        report.notes.append(
+            f"sink.path {settings.sink.path} is not compared with the checkpoint before the start: it is on the Spark"
+            " Connect server's file system, and Spark reads no file of an output's log through a session"
+        )
     report.held = held
-    check_sink_log(held.sink_log)
-    report.refusals += output_ahead(settings, held)
     if held.last_batch is None:
         report.notes.append(f"no checkpoint yet at {checkpoint}: this run starts one")
         return report
@@ -93,10 +106,15 @@ def check_checkpoint(settings: Settings) -> GuardReport:
     report.drifts += [] if held.stateless else format_version_drifts(settings, held)
     report.drifts += source_drifts(settings, held.last_batch, held.offsets)
     report.refusals += moved_paths(settings, held)
-    report.refusals += lost_output(settings, held)
+    report.refusals += lost_output(settings, held) if output_seen else []
     if not any(drift.setting == "state_store.provider" for drift in report.drifts):
-        report.notes += changelog_notes(settings, checkpoint)
-        if settings.state_store.provider == "rocksdb" and held.last_committed is not None:
+        report.notes += changelog_notes(settings, checkpoint, files)
+        if settings.state_store.provider == "rocksdb" and held.last_committed is not None and files is not LOCAL:
+            report.notes.append(
+                f"the RocksDB snapshots of {location} are not checked before the start: they are on the Spark"
+                " Connect server's file system, and each would be copied here whole; Spark checks each as it loads it"
+            )
+        elif settings.state_store.provider == "rocksdb" and held.last_committed is not None:
             notes, refusals = snapshot_findings(settings, checkpoint, held.last_committed)
             report.notes += notes
             report.refusals += refusals
@@ -301,11 +319,12 @@ def repartition_advice(provider: str, partitions: str) -> str:
     )
 
 
-def changelog_notes(settings: Settings, checkpoint: Path) -> list[str]:
+def changelog_notes(settings: Settings, checkpoint: Path, files: Files = LOCAL) -> list[str]:
     """Changelog checkpointing is not pinned: RocksDB reads snapshots and changelogs alike."""
     if settings.state_store.provider != "rocksdb":
         return []
-    written_before = any(checkpoint.glob("state/*/*/*.changelog"))
+    partitions = (partition for operator in files.list(checkpoint / "state") for partition in files.list(operator))
+    written_before = any(path.suffix == ".changelog" for partition in partitions for path in files.list(partition))
     now = "on" if settings.state_store.changelog_checkpointing else "off"
     before = "with changelog files" if written_before else "without changelog files"
     return [

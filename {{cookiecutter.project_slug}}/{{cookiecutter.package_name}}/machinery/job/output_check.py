@@ -30,7 +30,6 @@ from ..core.checkpoint.files import (
     CheckpointUnreadable,
     check_checksums,
     local_checkpoint,
-    query_id,
 )
 from ..core.checkpoint.sink_log import DELTA_LOG, LOG_DIR, LOG_VERSION, SinkLog, read_sink_log
 from ..core.settings import Settings
@@ -60,7 +59,7 @@ def lost_output(settings: Settings, held: CheckpointRead) -> list[str]:
     if settings.sink.type == "parquet":
         problem = _file_sink_problem(held.sink_log, last)
     else:
-        problem = _delta_problem(output, query_id(held.checkpoint), last)
+        problem = _delta_problem(output, held.query_id, last)
     if problem is None:
         return []
     return [
@@ -117,8 +116,8 @@ def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
         return _delta_written_by_others(output, held)
     if settings.sink.type == "parquet":
         newest, log = (-1 if held.sink_log is None else held.sink_log.newest), f"its log {output / LOG_DIR}"
-    elif (output / DELTA_LOG).is_dir() and (held.checkpoint / "metadata").is_file():
-        query = query_id(held.checkpoint)
+    elif (output / DELTA_LOG).is_dir() and held.query_id is not None:
+        query = held.query_id
         newest, log = committed_version(str(output), query), f"its Delta log's transactions of query {query}"
     else:
         return []

@@ -89,9 +89,18 @@ def connect_session(url: str, confs: Mapping[str, str]) -> SparkSession:
     return spark
 
 
-def confs_not_applied(spark: SparkSession, confs: Mapping[str, str]) -> list[str]:
-    """The confs of `confs` whose value on the server differs: those a running Spark cannot take."""
-    return [key for key, value in confs.items() if spark.conf.get(key, None) != value]
+def confs_refused(spark: SparkSession, confs: Mapping[str, str]) -> list[str]:
+    """Set each conf on the session; those a running Spark refuses (fixed when it starts: spark.ui.*,
+    spark.driver.*, static SQL confs), by name."""
+    from pyspark.errors import PySparkException
+
+    refused = []
+    for key, value in confs.items():
+        try:
+            spark.conf.set(key, value)
+        except PySparkException:
+            refused.append(key)
+    return refused
 
 
 def server_gone(error: BaseException) -> bool:

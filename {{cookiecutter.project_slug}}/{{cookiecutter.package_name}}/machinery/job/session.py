@@ -31,7 +31,7 @@ from .connectors import DELTA_CATALOG, DELTA_EXTENSION, PACKAGES_CONF, resolutio
 from .driver_jvm import OUT_OF_MEMORY_OPTION, jvm_ran_out_of_memory, launch_driver_jvm
 from .java import launched_by_spark_submit, require_java
 from .project_files import project_file
-from .remote import ServerGone, confs_not_applied, connect_session, is_connect, server_gone, set_log_level
+from .remote import ServerGone, confs_refused, connect_session, is_connect, server_gone, set_log_level
 
 
 def spark_confs(settings: Settings) -> dict[str, str]:
@@ -209,11 +209,11 @@ def tool_session(app_name: str, confs: dict[str, str], settings: Settings | None
 
 
 def server_confs_missing(spark: SparkSession, settings: Settings) -> list[str]:
-    """On Spark Connect, the settings' confs the server holds another value of: those fixed when a Spark
-    starts (spark.ui.*, spark.driver.*) are the server's, where they must be set instead."""
+    """On Spark Connect, spark.conf's confs that the server refuses to take from a session: those fixed when a
+    Spark starts (spark.ui.*, spark.driver.*), the server's own, to be set where it starts."""
     if not is_connect(spark):
         return []
-    return confs_not_applied(spark, {key: _text(value) for key, value in settings.spark.conf.items()})
+    return confs_refused(spark, {key: _text(value) for key, value in settings.spark.conf.items()})
 
 
 @contextmanager

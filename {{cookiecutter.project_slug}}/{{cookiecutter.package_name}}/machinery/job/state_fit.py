@@ -10,8 +10,8 @@ left as it was.
 - The columns that key each operator's state. Spark checks a restarted query's state schema by
   column types only. Grouping by another column of the same type (say `event_id` instead of `key`,
   both strings) passes that check, and the old state is read back under the new key: wrong counts,
-  silently (seen on Spark 4.2.1). So the first run records each operator's key in `state_key.json`
-  in the checkpoint directory, and every later start compares the query's key with that record.
+  silently (seen on Spark 4.2.1). So the first run records each operator's key in `state_key/` in the
+  checkpoint directory, and every later start compares the query's key with that record.
 - The window each windowed aggregation's state holds, recorded beside the key: with another window
   length, Spark would go on adding to the windows of the old length beside the new ones, and the
   output would hold overlapping windows, one key's events split between them.
@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
 from ..core import real_time
-from ..core.checkpoint.files import START_OVER, CheckpointRead, CheckpointUnreadable
+from ..core.checkpoint.files import START_OVER, CheckpointRead, CheckpointUnreadable, Files, local_checkpoint
 from ..core.operators import BY_SPARK_NAME
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
 from ..core.settings import Settings, SettingsError
@@ -38,8 +38,10 @@ from .output_check import columns
 from .query_plan import fit_problems, read_plan, refuse_what_spark_refuses
 from .real_time_checks import refuse_python
 from .schema_evolution import StateSchemaRefused, state_schema_drift
+from .session_files import checkpoint_files
 
-RECORD_NAME = "state_key.json"
+RECORD_FOLDER = "state_key"  # the record: one text file per version, each a JSON line Spark wrote
+RECORD_NAME = "state_key.json"  # the record of older templates (a file of one version), still read
 
 _BY_SPARK_NAME = BY_SPARK_NAME | {spark: node for node, spark in OTHER_STATEFUL.items()}
 
@@ -111,52 +113,75 @@ class StateWindowChanged(Exception):
 
 
 class KeyRecord:
-    """state_key.json in the checkpoint directory, read and written through Hadoop's file system
-    API, so that it works wherever Spark can write the checkpoint (local, HDFS, S3, ABFS)."""
+    """The state key record in the checkpoint directory: `state_key/`, where Spark writes each version of
+    the record as a text file of one JSON line, read through the checkpoint's files (session_files.py).
+    One path on Spark Classic and Spark Connect, on every file system Spark writes the checkpoint to
+    (Spark writes no single file of a given name: hence a folder). A checkpoint of an older template
+    holds `state_key.json` instead (written through Hadoop's file system API), read where there is no
+    `state_key/` yet."""
 
-    def __init__(self, spark: SparkSession, checkpoint: str) -> None:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None  # set by the first SparkContext of the process
-        self._jvm = jvm
-        self.location = checkpoint.rstrip("/") + "/" + RECORD_NAME
-        self._path = jvm.org.apache.hadoop.fs.Path(self.location)
-        self._fs = self._path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-        self._io = jvm.org.apache.commons.io.IOUtils
+    def __init__(self, spark: SparkSession, checkpoint: str, files: Files | None = None) -> None:
+        self._spark = spark
+        self._files = checkpoint_files(spark, checkpoint) if files is None else files
+        self._root = local_checkpoint(checkpoint) or Path(checkpoint)
+        self.folder = checkpoint.rstrip("/") + "/" + RECORD_FOLDER
+        self._versions = self._read_versions()
+        self.location = self.folder if self._versions else checkpoint.rstrip("/") + "/" + RECORD_NAME
 
     def read(self) -> tuple[list[str], list[str | None] | None] | None:
         """(the key of each operator, the window of each where recorded: older records have none)."""
-        if not self._fs.exists(self._path):
-            return None
-        try:
-            stream = self._fs.open(self._path)
-            try:
-                record = json.loads(self._io.toString(stream, "UTF-8"))
-            finally:
-                stream.close()
-            keys, windows = record["state_keys"], record.get("windows")
-        except (Py4JJavaError, json.JSONDecodeError, KeyError, TypeError, AttributeError):  # Java: a checksum mismatch
-            keys = windows = None
-        texts = isinstance(keys, list) and all(isinstance(key, str) for key in keys)
-        if not texts or not (windows is None or isinstance(windows, list) and len(windows) == len(keys)):
-            raise CheckpointUnreadable(
-                f"{self.location}: not a state key record (damaged?); remove it if the query's state key is"
-                " unchanged (the next start records it again), or restore the checkpoint from a copy"
-            )
-        return keys, windows
+        if self._versions:
+            return max(self._versions, key=lambda found: found[0])[1:]
+        text = self._files.read(self._root / RECORD_NAME)
+        return None if text is None else _key_record(text, self.location)
 
     def has_commits(self) -> bool:
-        commits = self._jvm.org.apache.hadoop.fs.Path(self._path.getParent(), "commits")
-        if not self._fs.exists(commits):
-            return False
-        return any(status.getPath().getName().isdigit() for status in self._fs.listStatus(commits))
+        return any(path.name.isdigit() for path in self._files.list(self._root / "commits"))
 
     def write(self, keys: list[str], windows: list[str | None]) -> None:
-        text = json.dumps({"state_keys": keys, "windows": windows}, indent=2) + "\n"
-        stream = self._fs.create(self._path, True)
-        try:
-            stream.write(bytearray(text.encode("utf-8")))
-        finally:
-            stream.close()
+        version = max(found[0] for found in self._versions) + 1 if self._versions else 1
+        line = json.dumps({"version": version, "state_keys": keys, "windows": windows})
+        self._spark.createDataFrame([(line,)], "value string").coalesce(1).write.mode("append").text(self.folder)
+
+    def _read_versions(self) -> list[tuple[int, list[str], list[str | None] | None]]:
+        """(version, keys, windows) of each record Spark wrote in `state_key/`."""
+        found = []
+        for path in self._files.list(self._root / RECORD_FOLDER):
+            text = self._files.read(path) if path.name.startswith("part-") else None
+            for line in [] if text is None else text.decode("utf-8", errors="replace").splitlines():
+                version = _version(line)
+                if version is None:
+                    raise CheckpointUnreadable(_damaged(f"{self.folder}/{path.name}"))
+                found.append((version, *_key_record(line.encode(), f"{self.folder}/{path.name}")))
+        return found
+
+
+def _version(line: str) -> int | None:
+    try:
+        version = json.loads(line).get("version")
+    except (ValueError, AttributeError):
+        return None
+    return version if isinstance(version, int) else None
+
+
+def _key_record(text: bytes, location: str) -> tuple[list[str], list[str | None] | None]:
+    """(keys, windows) of one record's JSON; CheckpointUnreadable naming `location` for a damaged one."""
+    try:
+        record = json.loads(text.decode("utf-8"))
+        keys, windows = record["state_keys"], record.get("windows")
+    except (ValueError, KeyError, TypeError, AttributeError):  # UnicodeDecodeError and JSONDecodeError: ValueErrors
+        keys = windows = None
+    texts = isinstance(keys, list) and all(isinstance(key, str) for key in keys)
+    if not texts or not (windows is None or isinstance(windows, list) and len(windows) == len(keys)):
+        raise CheckpointUnreadable(_damaged(location))
+    return keys, windows
+
+
+def _damaged(location: str) -> str:
+    return (
+        f"{location}: not a state key record (damaged?); remove it if the query's state key is unchanged (the next"
+        " start records it again), or restore the checkpoint from a copy"
+    )
 
 
 def check_state_key(spark: SparkSession, result: DataFrame, checkpoint: str, record: bool = True) -> str | None:
@@ -179,7 +204,7 @@ def check_state_key(spark: SparkSession, result: DataFrame, checkpoint: str, rec
     # No record, one without the windows, or one left by a run that committed nothing (no state kept under it).
     keys.write(now, windows)
     if recorded is None and keys.has_commits():
-        return f"{keys.location} was missing (a checkpoint older than this check): recorded {'; '.join(now)}"
+        return f"{keys.folder} was missing (a checkpoint older than this check): recorded {'; '.join(now)}"
     return None
 
 

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .state_reader import read_changes, spark_path
+from ..core.checkpoint.files import Files, local_checkpoint
+from ..job.session_files import checkpoint_files
+from .state_reader import read_changes
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import DataFrame, SparkSession
@@ -57,10 +60,11 @@ def feed_plan(spark: SparkSession, location: str, metadata: list[Any], batch: in
     for, in its first and last partition: a repartition starts the change files of new partitions."""
     first = max(row.minBatchId for row in metadata)
     stores = {(str(row.operatorId), row.stateStoreName) for row in metadata}
+    files, checkpoint = checkpoint_files(spark, location), local_checkpoint(location) or Path(location)
     for operator_id, store in sorted(stores):
         for partition in sorted({0, partitions - 1}):
-            folder = f"{spark_path(location).rstrip('/')}/state/{operator_id}/{partition}"
-            versions = _change_versions(spark, folder if store == DEFAULT_STORE else f"{folder}/{store}")
+            folder = checkpoint / "state" / operator_id / str(partition)
+            versions = _change_versions(files, folder if store == DEFAULT_STORE else folder / store)
             oldest = _oldest_unbroken(versions, batch + 1)
             if oldest is None:
                 return FeedPlan(None, batch, NO_CHANGE_FILES)
@@ -68,14 +72,9 @@ def feed_plan(spark: SparkSession, location: str, metadata: list[Any], batch: in
     return FeedPlan(first, batch)
 
 
-def _change_versions(spark: SparkSession, folder: str) -> set[int]:
-    """The versions a store folder has a change file of, through Hadoop's file system (any checkpoint)."""
-    jvm: Any = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(folder)
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(path):
-        return set()
-    names = [status.getPath().getName() for status in fs.listStatus(path)]
+def _change_versions(files: Files, folder: Path) -> set[int]:
+    """The versions a store folder has a change file of, read where the checkpoint is (session_files.py)."""
+    names = [path.name for path in files.list(folder)]
     return {int(found.group(1)) for name in names if (found := CHANGE_FILE.fullmatch(name))}
 
 

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint.files import (
+    LOCAL,
     RESTORE_OR_RESTART,
     CheckpointUnreadable,
+    Files,
     batch_metadata,
     highest_numbered,
     latest_offsets,
@@ -149,17 +151,22 @@ class Inspection:
 
 
 def inspect_checkpoint(
-    spark: SparkSession, location: str, facts: tuple[int | None, str], batch_id: int | None = None
+    spark: SparkSession,
+    location: str,
+    facts: tuple[int | None, str],
+    batch_id: int | None = None,
+    files: Files = LOCAL,
 ) -> Inspection:
     """Read every operator's state as of `batch_id` (default: the last committed batch); `facts` are
-    checkpoint_facts(location, batch_id), read before Spark started."""
+    checkpoint_facts(location, batch_id, files), read before Spark started where the files are this
+    machine's. The bytes on disk are counted where the files are this machine's only."""
     _, provider = facts
     local = local_checkpoint(location)
     metadata, batch = state_metadata(spark, location, facts, batch_id)
-    names = operator_names(location, metadata)
+    names = operator_names(location, metadata, files)
     operators: dict[int, OperatorState] = {}
     for row in metadata:
-        partitions = state_partitions(local, batch, row.numPartitions)
+        partitions = state_partitions(local, batch, row.numPartitions, files)
         operator = operators.setdefault(
             row.operatorId,
             OperatorState(
@@ -175,7 +182,7 @@ def inspect_checkpoint(
                 f" {RESTORE_OR_RESTART}"
             ) from None
     for operator in operators.values():
-        if local is not None:
+        if local is not None and files is LOCAL:
             operator.disk_bytes_per_partition = _disk_bytes(
                 local / "state" / str(operator.operator_id), operator.partitions
             )
@@ -193,13 +200,13 @@ def counted_state_rows(location: str) -> int:
         return inspect_checkpoint(spark, location, facts).state_rows
 
 
-def operator_names(location: str, metadata: list[Any]) -> dict[int, str]:
+def operator_names(location: str, metadata: list[Any], files: Files = LOCAL) -> dict[int, str]:
     """Each operator id's name: ours where the machinery knows the operator, else Spark's. The key schema
     tells the two aggregations apart; a checkpoint off the local file system leaves that to Spark's name."""
     local = local_checkpoint(location)
     names = {}
     for operator_id, spark_name in {row.operatorId: row.operatorName for row in metadata}.items():
-        schemas = None if local is None else operator_schemas(local, operator_id)
+        schemas = None if local is None else operator_schemas(local, operator_id, files)
         names[operator_id] = held_operator(spark_name, schemas[0].key if schemas else None)
     return names
 
@@ -225,34 +232,35 @@ def state_metadata(
     return metadata, batch
 
 
-def state_partitions(checkpoint: Path | None, batch: int, in_metadata: int) -> int:
+def state_partitions(checkpoint: Path | None, batch: int, in_metadata: int, files: Files = LOCAL) -> int:
     """The state partitions of one batch: the shuffle partitions its offsets file pins. After a
     repartition, the state metadata of aggregation, deduplication and join still gives the old count
     (Spark rewrites only the versioned v2 metadata), so it is only the fallback."""
-    metadata = None if checkpoint is None else batch_metadata(checkpoint, batch)
+    metadata = None if checkpoint is None else batch_metadata(checkpoint, batch, files)
     pinned = (metadata or {}).get("conf", {}).get(PARTITIONS_CONF)
     return int(pinned) if pinned is not None else in_metadata
 
 
-def checkpoint_facts(location: str, batch_id: int | None = None) -> tuple[int | None, str]:
-    """(last committed batch, provider) from the checkpoint's own files, without Spark; checks batch_id.
+def checkpoint_facts(location: str, batch_id: int | None = None, files: Files = LOCAL) -> tuple[int | None, str]:
+    """(last committed batch, provider) from the checkpoint's own files (without Spark where they are this
+    machine's); checks batch_id.
 
     A checkpoint outside the local file system is left to Spark: (None, "unknown").
     """
     checkpoint = local_checkpoint(location)
     if checkpoint is None:
         return None, "unknown (not a local checkpoint)"
-    if not (checkpoint / "offsets").is_dir():
+    if not files.exists(checkpoint / "offsets"):
         raise InspectError(
             f"no checkpoint at {checkpoint} (no offsets folder): run the job first, or give the"
             " directory that query.checkpoint_location names"
         )
-    committed = highest_numbered(checkpoint / "commits")
+    committed = highest_numbered(checkpoint / "commits", files)
     if committed is None:
         raise InspectError(f"{checkpoint} has no committed batch yet: its state is not readable until one commits")
     if batch_id is not None and batch_id > int(committed.name):
         raise InspectError(f"--batch-id {batch_id}: the last committed batch of {checkpoint} is {committed.name}")
-    offsets = latest_offsets(checkpoint)
+    offsets = latest_offsets(checkpoint, files)
     provider_class = offsets[1].get(PROVIDER_CONF, "") if offsets else ""
     return int(committed.name), provider_name(provider_class) if provider_class else "unknown"
 

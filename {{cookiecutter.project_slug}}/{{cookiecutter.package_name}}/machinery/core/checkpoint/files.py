@@ -19,6 +19,7 @@ from pathlib import Path
 from ..confs import ENCODING_CONF
 from ..contract import PACKAGE
 from .copying import PARTIAL
+from .file_access import LOCAL, Files, read_text
 from .path_records import hadoop_crc, json_line, local_path
 from .sink_log import SinkLog
 
@@ -50,33 +51,37 @@ class CheckpointRead:
     # The parquet output's log and its columns (its newest data file's), where the guard read them.
     sink_log: SinkLog | None = None
     output_columns: tuple[str, ...] | None = None
+    # The id in its `metadata` file (None before the first start), and whether it has a state folder.
+    query_id: str | None = None
+    has_state: bool = False
 
     @property
     def stateless(self) -> bool:
         """A checkpoint whose query ran no stateful operator: committed batches, and no state folder at all
         (a checkpoint of a Spark that wrote no state metadata still has its operators' state folders). One
         whose first batch failed has no state folder either, and holds nothing yet."""
-        return self.last_committed is not None and not self.operators and not (self.checkpoint / "state").is_dir()
+        return self.last_committed is not None and not self.operators and not self.has_state
 
 
-def read_checkpoint(checkpoint: Path) -> CheckpointRead:
+def read_checkpoint(checkpoint: Path, files: Files = LOCAL) -> CheckpointRead:
     """The checkpoint's files, read once. Damage is named first where a file does not parse (check_log_files
     and the parsers), then where one parses but no longer matches the checksum Hadoop wrote beside it:
     Spark reads offsets, commits and metadata without looking at it (a changed digit in a commit's
     watermark passed silently)."""
-    check_log_files(checkpoint)
-    latest = latest_offsets(checkpoint)
+    check_log_files(checkpoint, files)
+    latest = latest_offsets(checkpoint, files)
     last_batch, pinned = latest if latest is not None else (None, {})
-    offsets = [] if last_batch is None else source_offsets(checkpoint, last_batch)
-    committed = last_committed(checkpoint)
-    record = None if committed is None else commit_record(checkpoint, committed)
-    operators = stateful_operators(checkpoint)
+    offsets = [] if last_batch is None else source_offsets(checkpoint, last_batch, files)
+    committed = last_committed(checkpoint, files)
+    record = None if committed is None else commit_record(checkpoint, committed, files)
+    operators = stateful_operators(checkpoint, files)
     ids = [int(info["operatorId"]) for info in operators]
-    schemas = {operator: operator_schemas(checkpoint, operator) for operator in ids}
+    schemas = {operator: operator_schemas(checkpoint, operator, files) for operator in ids}
     newest = [] if committed is None else [checkpoint / "commits" / str(committed)]
     rerun = f"remove it and .{committed}.crc, and Spark runs batch {committed} again (the sink skips what it already"
-    check_checksums(newest, f"{rerun} wrote); or {RESTORE_OR_RESTART}")
-    check_checksums([path for path in checksummed_files(checkpoint) if path not in newest], RESTORE_OR_RESTART)
+    check_checksums(newest, f"{rerun} wrote); or {RESTORE_OR_RESTART}", files)
+    kept = [path for path in checksummed_files(checkpoint, files) if path not in newest]
+    check_checksums(kept, RESTORE_OR_RESTART, files)
     return CheckpointRead(
         checkpoint,
         last_batch,
@@ -86,7 +91,9 @@ def read_checkpoint(checkpoint: Path) -> CheckpointRead:
         format_version(record),
         operators,
         schemas,
-        newest_files_read(checkpoint),
+        newest_files_read(checkpoint, files),
+        query_id=query_id(checkpoint, files) if files.exists(checkpoint / "metadata") else None,
+        has_state=files.exists(checkpoint / "state"),
     )
 
 
@@ -96,71 +103,71 @@ def read_local(location: str) -> CheckpointRead | None:
     return None if checkpoint is None else read_checkpoint(checkpoint)
 
 
-def latest_offsets(checkpoint: Path) -> tuple[int, dict[str, str]] | None:
+def latest_offsets(checkpoint: Path, files: Files = LOCAL) -> tuple[int, dict[str, str]] | None:
     """(batch id, pinned confs) of the newest offsets file, or None without one."""
-    path = highest_numbered(checkpoint / "offsets")
+    path = highest_numbered(checkpoint / "offsets", files)
     if path is None:
         return None
-    metadata = _offsets_metadata(path)
+    metadata = _offsets_metadata(path, files)
     return int(path.name), {key: str(value) for key, value in metadata.get("conf", {}).items()}
 
 
-def last_committed(checkpoint: Path) -> int | None:
+def last_committed(checkpoint: Path, files: Files = LOCAL) -> int | None:
     """The newest batch with a commit record, None before the first commit."""
-    path = highest_numbered(checkpoint / "commits")
+    path = highest_numbered(checkpoint / "commits", files)
     return None if path is None else int(path.name)
 
 
-def unfinished_batch(checkpoint: Path) -> int | None:
+def unfinished_batch(checkpoint: Path, files: Files = LOCAL) -> int | None:
     """The batch whose offsets are logged and which has no commit, if the checkpoint ends with one."""
-    latest, committed = latest_offsets(checkpoint), last_committed(checkpoint)
+    latest, committed = latest_offsets(checkpoint, files), last_committed(checkpoint, files)
     if latest is None or (committed is not None and committed >= latest[0]):
         return None
     return latest[0]
 
 
-def batch_metadata(checkpoint: Path, batch: int) -> dict | None:
+def batch_metadata(checkpoint: Path, batch: int, files: Files = LOCAL) -> dict | None:
     """The metadata line of one batch's offsets file (its watermark, its pinned confs), None without one."""
     path = checkpoint / "offsets" / str(batch)
-    return _offsets_metadata(path) if path.is_file() else None
+    return _offsets_metadata(path, files) if files.exists(path) else None
 
 
-def source_offsets(checkpoint: Path, batch: int) -> list[str]:
+def source_offsets(checkpoint: Path, batch: int, files: Files = LOCAL) -> list[str]:
     """The offset lines of one batch's offsets file, one per source (after the version and metadata lines)."""
-    return (checkpoint / "offsets" / str(batch)).read_text().splitlines()[2:]
+    return read_text(files, checkpoint / "offsets" / str(batch)).splitlines()[2:]
 
 
-def newest_files_read(checkpoint: Path) -> list[list[Path]]:
+def newest_files_read(checkpoint: Path, files: Files = LOCAL) -> list[list[Path]]:
     """Per source of a checkpoint that keeps a log of its own (the file source's `sources/<id>/<batch>`:
     one JSON line per file read), the local files its newest entry lists."""
     found = []
-    for source in _numbered(checkpoint / "sources"):
-        entries = _source_log_entries(source)
-        lines = entries[-1].read_text(encoding="utf-8", errors="replace").splitlines()[1:] if entries else []
+    for source in _numbered(checkpoint / "sources", files):
+        entries = _source_log_entries(source, files)
+        lines = read_text(files, entries[-1], errors="replace").splitlines()[1:] if entries else []
         uris = [record.get("path") for record in map(json_line, lines) if isinstance(record, dict)]
         found.append([path for uri in uris if isinstance(uri, str) and (path := local_path(uri)) is not None])
     return found
 
 
-def _source_log_entries(source: Path) -> list[Path]:
+def _source_log_entries(source: Path, files: Files = LOCAL) -> list[Path]:
     """A source's log entries (`<batch>` and `<batch>.compact`), in batch order."""
-    entries = (path for path in source.iterdir() if path.name.removesuffix(".compact").isdigit())
+    entries = (path for path in files.list(source) if path.name.removesuffix(".compact").isdigit())
     return sorted(entries, key=lambda path: int(path.name.removesuffix(".compact")))
 
 
-def query_id(checkpoint: Path) -> str:
+def query_id(checkpoint: Path, files: Files = LOCAL) -> str:
     """The query id the checkpoint's `metadata` file holds; CheckpointUnreadable for a half-written one."""
     metadata = checkpoint / "metadata"
     try:
-        return str(json.loads(metadata.read_text(encoding="utf-8").splitlines()[0])["id"])
+        return str(json.loads(read_text(files, metadata).splitlines()[0])["id"])
     except (IndexError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
         raise CheckpointUnreadable(
             f"{metadata}: not a Spark checkpoint metadata file (the query id); {RESTORE_OR_RESTART}"
         ) from None
 
 
-def _offsets_metadata(path: Path) -> dict:
-    lines = path.read_text(encoding="utf-8").splitlines()
+def _offsets_metadata(path: Path, files: Files = LOCAL) -> dict:
+    lines = read_text(files, path).splitlines()
     try:
         return dict(json.loads(lines[1]))
     except (IndexError, TypeError, ValueError):
@@ -169,14 +176,14 @@ def _offsets_metadata(path: Path) -> dict:
         ) from None
 
 
-def _numbered(folder: Path) -> list[Path]:
+def _numbered(folder: Path, files: Files = LOCAL) -> list[Path]:
     """The entries of folder named by a number (batch, operator or version ids), in numeric order."""
-    entries = [path for path in folder.iterdir() if path.name.isdigit()] if folder.is_dir() else []
+    entries = [path for path in files.list(folder) if path.name.isdigit()]
     return sorted(entries, key=lambda path: int(path.name))
 
 
-def highest_numbered(folder: Path) -> Path | None:
-    entries = _numbered(folder)
+def highest_numbered(folder: Path, files: Files = LOCAL) -> Path | None:
+    entries = _numbered(folder, files)
     return entries[-1] if entries else None
 
 
@@ -195,42 +202,54 @@ RESTORE_OR_RESTART = f"restore the checkpoint from a copy, or {START_OVER}"
 LANDING_FLAGS = {"source": "--landing", "join_source": "--join-landing"}
 
 
-def check_log_files(checkpoint: Path) -> None:
+def check_log_files(checkpoint: Path, files: Files = LOCAL) -> None:
     """Damage Spark reports badly or not at all, found before it starts: a half-written `metadata` (a
     Java stack trace otherwise), and a log entry's checksum file left without the entry (Spark then
     claims another query uses the checkpoint). A half-written commit record is named where it is read."""
-    if (checkpoint / "metadata").is_file():
-        query_id(checkpoint)
+    if files.exists(checkpoint / "metadata"):
+        query_id(checkpoint, files)
     for log in ("offsets", "commits"):
-        folder = checkpoint / log
-        for checksum in sorted(folder.glob(".*.crc")) if folder.is_dir() else ():
-            entry = folder / checksum.name.removeprefix(".").removesuffix(".crc")
-            if entry.name.isdigit() and not entry.exists():
+        entries = files.list(checkpoint / log)
+        for checksum in (path for path in entries if path.name.startswith(".") and path.name.endswith(".crc")):
+            entry = checksum.with_name(checksum.name.removeprefix(".").removesuffix(".crc"))
+            if entry.name.isdigit() and entry not in entries:
                 raise CheckpointUnreadable(
                     f"{checksum} is left without {entry} (the entry was removed or lost): remove {checksum} too,"
                     f" and Spark runs batch {entry.name} again from its offsets; or {RESTORE_OR_RESTART}"
                 )
 
 
-def checksummed_files(checkpoint: Path) -> list[Path]:
+def checksummed_files(checkpoint: Path, files: Files = LOCAL) -> list[Path]:
     """The checkpoint's files that Spark reads whole and trusts: its logs (the sources' own too: the file
     source's list of the files it read), its metadata, each operator's state metadata and state schemas
     (the state's data files are the integrity settings' and state_checks')."""
-    logs = [path for log in ("offsets", "commits") for path in _numbered(checkpoint / log)]
-    for source in _numbered(checkpoint / "sources"):
-        logs += _source_log_entries(source)
-    state = checkpoint / "state"
-    kept = [*state.glob("*/_metadata/metadata"), *state.glob("*/_metadata/v2/*"), *state.glob("*/_stateSchema/*/*")]
-    kept += state.glob("*/0/**/_metadata/schema")
-    return [*logs, checkpoint / "metadata", *(path for path in kept if not path.name.startswith("."))]
+    logs = [path for log in ("offsets", "commits") for path in _numbered(checkpoint / log, files)]
+    for source in _numbered(checkpoint / "sources", files):
+        logs += _source_log_entries(source, files)
+    kept = []
+    for operator in files.list(checkpoint / "state"):
+        kept += [path for path in files.list(operator / "_metadata") if path.name == "metadata"]
+        kept += files.list(operator / "_metadata" / "v2")
+        kept += [path for store in files.list(operator / "_stateSchema") for path in files.list(store)]
+        kept += _schema_files(operator / "0", files)
+    visible = (path for path in kept if not path.name.startswith("."))
+    return [*logs, checkpoint / "metadata", *visible]
 
 
-def check_checksums(files: Iterable[Path], way_on: str) -> None:
+def _schema_files(partition: Path, files: Files) -> list[Path]:
+    """The v2 state schema files of an operator's partition folder: `[<store>/]_metadata/schema`."""
+    stores = [partition, *(path for path in files.list(partition) if not path.name.startswith((".", "_")))]
+    return sorted(path for store in stores if files.exists(path := store / "_metadata" / "schema"))
+
+
+def check_checksums(paths: Iterable[Path], way_on: str, files: Files = LOCAL) -> None:
     """CheckpointUnreadable naming the first file whose bytes no longer match the `.<name>.crc` Hadoop wrote
-    beside it (a file without one is not checked)."""
-    for path in files:
+    beside it (a file without one, or whose checksum the reader cannot see, is not checked)."""
+    for path in paths:
         checksum = path.with_name(f".{path.name}.crc")
-        if path.is_file() and checksum.is_file() and hadoop_crc(path.read_bytes()) != checksum.read_bytes():
+        held = files.read(checksum)
+        data = None if held is None else files.read(path)
+        if held is not None and data is not None and hadoop_crc(data) != held:
             raise CheckpointUnreadable(
                 f"{path} does not match its checksum {checksum.name} (its bytes changed after Spark wrote it,"
                 f" and Spark would read it as it is): {way_on}"
@@ -249,13 +268,14 @@ def state_files(checkpoint: Path, pattern: str = "*") -> list[Path]:
     return sorted(path for path in found if path.is_file() and not (path.name.startswith(".") and ".tmp" in path.name))
 
 
-def commit_record(checkpoint: Path, batch: int | None = None) -> dict | None:
+def commit_record(checkpoint: Path, batch: int | None = None, files: Files = LOCAL) -> dict | None:
     """A batch's commit record (the newest one unless given), None without one; a record whose line
     does not parse is half-written, and named with the way on."""
-    path = highest_numbered(checkpoint / "commits") if batch is None else checkpoint / "commits" / str(batch)
-    if path is None or not path.is_file():
+    path = highest_numbered(checkpoint / "commits", files) if batch is None else checkpoint / "commits" / str(batch)
+    data = None if path is None else files.read(path)
+    if path is None or data is None:
         return None
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = data.decode("utf-8", errors="replace").splitlines()
     if len(lines) < 2:
         return None
     try:
@@ -268,35 +288,35 @@ def commit_record(checkpoint: Path, batch: int | None = None) -> dict | None:
         ) from None
 
 
-def held_format_version(checkpoint: Path, batch: int | None = None) -> int | None:
+def held_format_version(checkpoint: Path, batch: int | None = None, files: Files = LOCAL) -> int | None:
     """The state checkpoint format version of a batch's commit record (the newest one unless given): 2
     when it names the state files' unique ids. None without a record. Spark does not pin it."""
-    return format_version(commit_record(checkpoint, batch))
+    return format_version(commit_record(checkpoint, batch, files))
 
 
 def format_version(record: dict | None) -> int | None:
     return None if record is None else 2 if "stateUniqueIds" in record else 1
 
 
-def stateful_operators(checkpoint: Path) -> list[dict]:
+def stateful_operators(checkpoint: Path, files: Files = LOCAL) -> list[dict]:
     """operatorInfo of each stateful operator from its state metadata file (v1 or v2), by operator id."""
     operators = []
-    for directory in _numbered(checkpoint / "state"):
-        metadata = _newest_metadata(directory / "_metadata")
+    for directory in _numbered(checkpoint / "state", files):
+        metadata = _newest_metadata(directory / "_metadata", files)
         if metadata is not None:
-            operators.append(state_metadata(metadata, "operatorInfo")["operatorInfo"])
+            operators.append(state_metadata(metadata, "operatorInfo", files)["operatorInfo"])
     return operators
 
 
-def newest_state_metadata_v2(checkpoint: Path, operator_id: int) -> tuple[Path, dict] | None:
+def newest_state_metadata_v2(checkpoint: Path, operator_id: int, files: Files = LOCAL) -> tuple[Path, dict] | None:
     """(file, content) of an operator's newest version-2 state metadata (transformWithState writes it), or None."""
-    newest = highest_numbered(checkpoint / "state" / str(operator_id) / "_metadata" / "v2")
-    return None if newest is None else (newest, state_metadata(newest, "stateStoreInfo"))
+    newest = highest_numbered(checkpoint / "state" / str(operator_id) / "_metadata" / "v2", files)
+    return None if newest is None else (newest, state_metadata(newest, "stateStoreInfo", files))
 
 
-def state_metadata(path: Path, required: str) -> dict:
+def state_metadata(path: Path, required: str, files: Files = LOCAL) -> dict:
     """The JSON line of a state metadata file, which must hold `required`."""
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_text(files, path).splitlines()
     try:
         content = json.loads(lines[1])
         content[required]
@@ -305,10 +325,10 @@ def state_metadata(path: Path, required: str) -> dict:
     return dict(content)
 
 
-def _newest_metadata(folder: Path) -> Path | None:
-    if (folder / "metadata").is_file():  # version 1
+def _newest_metadata(folder: Path, files: Files) -> Path | None:
+    if files.exists(folder / "metadata"):  # version 1
         return folder / "metadata"
-    return highest_numbered(folder / "v2")
+    return highest_numbered(folder / "v2", files)
 
 
 # The state schemas. Spark writes each stateful operator's key and value schemas when a query first
@@ -334,8 +354,11 @@ class ColumnFamily:
 
 
 class _Reader:
-    def __init__(self, path: Path) -> None:
-        self.path, self.data, self.at = path, path.read_bytes(), 0
+    def __init__(self, path: Path, files: Files) -> None:
+        data = files.read(path)
+        if data is None:
+            raise FileNotFoundError(f"no such file: {path}")
+        self.path, self.data, self.at = path, data, 0
 
     def take(self, size: int) -> bytes:
         if self.at + size > len(self.data):
@@ -358,9 +381,9 @@ class _Reader:
             raise CheckpointUnreadable(f"{self.path}: not a Spark state schema file; {RESTORE_OR_RESTART}") from None
 
 
-def read_schema_file(path: Path) -> list[ColumnFamily]:
+def read_schema_file(path: Path, files: Files = LOCAL) -> list[ColumnFamily]:
     """The column families of one schema file (format v2 or v3); CheckpointUnreadable for another."""
-    reader = _Reader(path)
+    reader = _Reader(path, files)
     version = reader.text()
     if version == "v2":
         return [ColumnFamily("default", reader.schema(), reader.schema())]
@@ -378,10 +401,10 @@ def read_schema_file(path: Path) -> list[ColumnFamily]:
     return families
 
 
-def operator_schemas(checkpoint: Path, operator_id: int) -> list[ColumnFamily] | None:
+def operator_schemas(checkpoint: Path, operator_id: int, files: Files = LOCAL) -> list[ColumnFamily] | None:
     """The schemas in force for one operator: its newest v3 file, else its v2 files; None without any."""
     folder = checkpoint / "state" / str(operator_id)
-    found = newest_state_metadata_v2(checkpoint, operator_id)
+    found = newest_state_metadata_v2(checkpoint, operator_id, files)
     if found is not None:
         newest, metadata = found
         stores = metadata["stateStoreInfo"]
@@ -391,25 +414,27 @@ def operator_schemas(checkpoint: Path, operator_id: int) -> list[ColumnFamily] |
             raise CheckpointUnreadable(f"{newest}: not a Spark state metadata file; {RESTORE_OR_RESTART}") from None
         kinds = {v["stateName"]: v["stateVariableType"] for v in properties.get("stateVariables", [])}
         # The file names, found under this checkpoint: it may have been moved since Spark wrote the paths.
-        files = [
+        schema_files = [
             folder / "_stateSchema" / store["storeName"] / Path(path).name
             for store in stores
             for path in store.get("stateSchemaFilePaths", [])
         ]
-        if files:
+        if schema_files:
             return [
                 ColumnFamily(family.name, family.key, family.value, kinds.get(family.name))
-                for path in files
-                if path.is_file()
-                for family in read_schema_file(path)
+                for path in schema_files
+                if files.exists(path)
+                for family in read_schema_file(path, files)
             ]
-    v2_files = sorted((folder / "0").glob("**/_metadata/schema"))
+    v2_files = _schema_files(folder / "0", files)
     if not v2_files:
         return None
     families = []
     for path in v2_files:
         store = path.parent.parent.name
-        families += [ColumnFamily(store if store != "0" else "default", f.key, f.value) for f in read_schema_file(path)]
+        families += [
+            ColumnFamily(store if store != "0" else "default", f.key, f.value) for f in read_schema_file(path, files)
+        ]
     return families
 
 
@@ -455,13 +480,10 @@ class Interrupted:
         )
 
 
-def interrupted(checkpoint: Path) -> Interrupted | None:
+def interrupted(checkpoint: Path, files: Files = LOCAL) -> Interrupted | None:
     """What an unfinished repartition left beside the checkpoint, if anything."""
-    parent = checkpoint.parent
-    if not parent.is_dir():
-        return None
     working, leftovers = None, []
-    for path in sorted(parent.iterdir()):
+    for path in files.list(checkpoint.parent):
         name = path.name
         if not name.startswith(checkpoint.name + "."):
             continue

@@ -6,9 +6,11 @@ import argparse
 import re
 import shutil
 import sys
+from contextlib import ExitStack
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
+from ..core.checkpoint.file_access import LOCAL
 from ..core.checkpoint.files import RESTORE_OR_RESTART, START_OVER, CheckpointRead, empty_state_files
 from ..core.checkpoint.run_lock import holding
 from ..core.contract import PACKAGE
@@ -29,6 +31,10 @@ from ..job.real_time_checks import refuse_before_spark
 from ..job.remote import is_connect, require_server
 from ..job.spark_errors import message_chain
 from ..job.state_checks import local_checksum_failures
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 from .arguments import (
     EXIT_CHECKPOINT_DRIFT,
     EXIT_QUERY_FAILED,
@@ -63,62 +69,73 @@ def cmd_run(args: argparse.Namespace) -> int:
     if settings.spark.connect_url is not None:  # before the lock and the guard: a missing server changes nothing
         require_server(settings.spark.connect_url)
     remarks_to = settings.monitoring.remarks_to(sys.stdout)
-    # The lock keeps a second job or a repartition off this checkpoint while the guard reads it and
-    # the job runs; Spark starts only after the checks (in _run), so that bad input never starts a JVM.
-    with holding(settings.query.checkpoint_location, "this job"):
-        report = check_checkpoint(settings)
+    from ..job.session import job_session  # Spark is imported only when a command needs it
+    from ..job.session_files import checkpoint_files
+
+    with ExitStack() as stack:
+        # Spark Classic starts only after the checks (in _run), so that bad input never starts a JVM; a Spark
+        # Connect session starts no JVM here and comes first, to read a checkpoint on the server's disk.
+        spark = stack.enter_context(job_session(settings)) if settings.spark.connect_url is not None else None
+        files = LOCAL if spark is None else checkpoint_files(spark, settings.query.checkpoint_location)
+        # The lock keeps a second job or a repartition off this checkpoint while the guard reads it and the
+        # job runs; one only the server sees cannot be locked here (Spark's stopActiveRunOnRestart then
+        # stops a run of the query that is still going when this one starts).
+        if files is LOCAL:
+            stack.enter_context(holding(settings.query.checkpoint_location, "this job"))
+        report = check_checkpoint(settings, files, output_seen=files is LOCAL)
         for remark in partition_remarks(settings, report):
             print(f"partitions: {remark}", file=remarks_to)
         if not guard_passes(report, remarks_to):
             return EXIT_CHECKPOINT_DRIFT
         if settings.sink.delta_writer == "deltalake":
             require_deltalake()
-        return _run(settings, args, remarks_to, report.held)
+        return _run(settings, args, remarks_to, report.held, spark or stack.enter_context(job_session(settings)))
 
 
-def _run(settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held: CheckpointRead | None) -> int:
+def _run(
+    settings: Settings, args: argparse.Namespace, remarks_to: TextIO, held: CheckpointRead | None, spark: SparkSession
+) -> int:
     from pyspark.errors import StreamingQueryException
 
     from ..job.connectors import require_connectors
     from ..job.endpoints.kafka import check_kafka_endpoints, require_brokers
     from ..job.runner import run_query, startup_line
     from ..job.schema_evolution import schema_refusal_advice
-    from ..job.session import job_session, log_dir, server_confs_missing
+    from ..job.session import log_dir, server_confs_missing
 
-    with job_session(settings) as spark:
-        print(startup_line(spark, settings), file=remarks_to, flush=True)
-        for key in server_confs_missing(spark, settings):
-            print(
-                f"spark.conf: {key} is fixed when Spark starts, and the Spark Connect server keeps its own; set it"
-                " where the server starts",
-                file=remarks_to,
-                flush=True,
-            )
-        try:
-            require_connectors(spark, settings)
-            require_brokers(settings)
-            for remark in check_kafka_endpoints(spark, settings):
-                print(f"source: {remark}", file=remarks_to, flush=True)
-            run_query(spark, settings, args.max_batches, args.timeout, held=held)
-        except StreamingQueryException as error:
-            chain = message_chain(error)
-            bad_record = bad_record_advice(chain, settings)
-            if bad_record:  # bad input: its one line says where, what and the ways on; the checkpoint is fine
-                print(*bad_record, sep="\n", file=sys.stderr)
-                return EXIT_QUERY_FAILED
-            print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)
-            # The console leaves out Spark's own lines of a failed batch (log4j2.properties): say where they are.
-            report = "the Spark Connect server's log" if is_connect(spark) else log_dir() / "spark.log"
-            print(f"details: Spark's whole report of the failure is in {report}", file=sys.stderr)
-            print(f"checkpoint: {settings.query.checkpoint_location}", file=sys.stderr)
-            for line in damaged_checkpoint_advice(chain, settings.query.checkpoint_location):
-                print(line, file=sys.stderr)
-            for line in disk_full_advice(chain, settings):
-                print(line, file=sys.stderr)
-            for line in data_loss_advice(chain, settings) + schema_refusal_advice(chain):
-                print(line, file=sys.stderr)
+    print(startup_line(spark, settings), file=remarks_to, flush=True)
+    for key in server_confs_missing(spark, settings):
+        print(
+            f"spark.conf: {key} is fixed when Spark starts, and the Spark Connect server keeps its own; set it"
+            " where the server starts",
+            file=remarks_to,
+            flush=True,
+        )
+    try:
+        require_connectors(spark, settings)
+        require_brokers(settings)
+        for remark in check_kafka_endpoints(spark, settings):
+            print(f"source: {remark}", file=remarks_to, flush=True)
+        run_query(spark, settings, args.max_batches, args.timeout, held=held)
+    except StreamingQueryException as error:
+        chain = message_chain(error)
+        bad_record = bad_record_advice(chain, settings)
+        if bad_record:  # bad input: its one line says where, what and the ways on; the checkpoint is fine
+            print(*bad_record, sep="\n", file=sys.stderr)
             return EXIT_QUERY_FAILED
-        return 0
+        print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)
+        # The console leaves out Spark's own lines of a failed batch (log4j2.properties): say where they are.
+        report = "the Spark Connect server's log" if is_connect(spark) else log_dir() / "spark.log"
+        print(f"details: Spark's whole report of the failure is in {report}", file=sys.stderr)
+        print(f"checkpoint: {settings.query.checkpoint_location}", file=sys.stderr)
+        for line in damaged_checkpoint_advice(chain, settings.query.checkpoint_location):
+            print(line, file=sys.stderr)
+        for line in disk_full_advice(chain, settings):
+            print(line, file=sys.stderr)
+        for line in data_loss_advice(chain, settings) + schema_refusal_advice(chain):
+            print(line, file=sys.stderr)
+        return EXIT_QUERY_FAILED
+    return 0
 
 
 def with_local_partitions(settings: Settings, remarks_to: TextIO) -> Settings:

@@ -58,8 +58,8 @@ def lost_output(settings: Settings, held: CheckpointRead) -> list[str]:
         return []
     if settings.sink.type == "parquet":
         problem = _file_sink_problem(held.sink_log, last)
-    else:
-        problem = _delta_problem(output, held.query_id, last)
+    else:  # a committed batch: the checkpoint's metadata names its query
+        problem = _delta_problem(output, held.query_id or "", last)
     if problem is None:
         return []
     return [

@@ -11,6 +11,7 @@ one check (the guard's at a start), of a checkpoint that no job writes meanwhile
 
 from __future__ import annotations
 
+import builtins
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
@@ -122,7 +123,7 @@ class SessionFiles:
         files = self._spark.read.format("binaryFile").option("recursiveFileLookup", "true").load
         return {self._path(uri) for uri in self._spark_read(files, folder, lambda df: df.inputFiles())}
 
-    def _spark_read(self, load, path: Path, answer) -> list:
+    def _spark_read(self, load, path: Path, answer) -> builtins.list:
         """`answer` of the binaryFile frame of `path` ([] where there is nothing). A folder above the
         checkpoint: only what is named like it (the copies a repartition leaves beside it, interrupted in
         core/checkpoint/files.py), not the other jobs' checkpoints there."""

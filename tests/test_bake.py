@@ -555,7 +555,8 @@ def leaves(tree: dict, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ..
 
 
 def test_databricks_projects_get_an_asset_bundle_that_runs_the_entry_point(out):
-    assert not (bake(out / "oss") / "databricks.yml").exists()
+    oss = bake(out / "oss")
+    assert not (oss / "databricks.yml").exists() and not (oss / "serverless_main.py").exists()
     project = bake(out / "databricks", platform="databricks", stateful_operator="stream_stream_join")
     text = (project / "databricks.yml").read_text()
     bundle = yaml.safe_load(text)
@@ -565,12 +566,17 @@ def test_databricks_projects_get_an_asset_bundle_that_runs_the_entry_point(out):
         "prod": "production",
     }
     assert [name for name, target in bundle["targets"].items() if target.get("default")] == ["dev"]
-    (job,) = bundle["resources"]["jobs"].values()
-    assert job["max_concurrent_runs"] == 1
-    (task,) = job["tasks"]
-    assert len(TASK_TYPES & set(task)) == 1
+    package = recorded_answers(project)["package_name"]
+    jobs = bundle["resources"]["jobs"]
+    assert set(jobs) == {package, f"{package}_serverless"}
+    tasks = {}
+    for name, each in jobs.items():
+        assert each["max_concurrent_runs"] == 1
+        (tasks[name],) = each["tasks"]
+        assert len(TASK_TYPES & set(tasks[name])) == 1
+        assert (project / tasks[name]["spark_python_task"]["python_file"]).is_file()
+    job, task = jobs[package], tasks[package]
     python_task = task["spark_python_task"]
-    assert (project / python_task["python_file"]).is_file()
     assert python_task["parameters"] == ["--settings", "${var.settings_file}"]
     # Every ${var.X} is a declared variable, and the environment the task names exists.
     used = set(re.findall(r"\$\{var\.([a-z_]+)\}", text))
@@ -584,7 +590,6 @@ def test_databricks_projects_get_an_asset_bundle_that_runs_the_entry_point(out):
     assert "environments" not in job
     # settings.yaml's local folders move to the volume through the job's environment overrides: each
     # is a real settings field, and no other local folder is left.
-    package = recorded_answers(project)["package_name"]
     volume = bundle["variables"]["volume"]["default"]
     assert volume == f"/Volumes/main/default/{package}"
     env = {
@@ -593,11 +598,50 @@ def test_databricks_projects_get_an_asset_bundle_that_runs_the_entry_point(out):
     local = effective_settings(project, package, {})
     on_databricks = effective_settings(project, package, env)
     moved = {path: value for path, value in leaves(on_databricks) if value != dict(leaves(local))[path]}
-    assert moved == {
+    folders = {
         ("query", "checkpoint_location"): f"{volume}/checkpoints",
         ("sink", "path"): f"{volume}/output",
         ("source", "files", "path"): f"{volume}/landing",
         ("join_source", "files", "path"): f"{volume}/landing_join",
     }
+    assert moved == folders
     assert [path for path, value in leaves(on_databricks) if str(value).startswith(str(project))] == []
     assert settings_of(project)["spark"]["platform"] == "databricks"
+
+    # The serverless job: no cluster, the wheel from its environment, and the cluster's overrides as
+    # arguments that serverless_main.py sets before the command, plus the available-now trigger and the
+    # store serverless runs (its state store confs cannot be set there); validated as the cluster's are.
+    serverless, task = jobs[f"{package}_serverless"], tasks[f"{package}_serverless"]
+    assert "job_clusters" not in serverless and "job_cluster_key" not in task and "libraries" not in task
+    (environment,) = serverless["environments"]
+    assert environment["environment_key"] == task["environment_key"]
+    assert environment["spec"]["dependencies"] == ["./dist/*.whl"]
+    assert serverless["trigger"]["periodic"] and serverless["trigger"]["pause_status"] == "PAUSED"
+    parameters = [value.replace("${var.volume}", volume) for value in task["spark_python_task"]["parameters"]]
+    separator = parameters.index("--")
+    assert parameters[separator + 1 :] == ["run", "--settings", "${var.settings_file}"]
+    assignments = dict(parameter.split("=", 1) for parameter in parameters[:separator])
+    assert {name: assignments.get(name) for name in env} == env
+    on_serverless = effective_settings(project, package, assignments)
+    serverless_store = {
+        ("query", "trigger"): "available_now",
+        ("state_store", "provider"): "rocksdb",
+        ("state_store", "changelog_checkpointing"): True,
+        # The bake's rate source, as the rate-micro-batch source an available-now run needs: a second's rows.
+        ("source", "rate", "rows_per_batch"): 10000,
+        ("join_source", "rate", "rows_per_batch"): 10000,
+    }
+    moved = {path: value for path, value in leaves(on_serverless) if value != dict(leaves(local))[path]}
+    assert moved == folders | {
+        path: value for path, value in serverless_store.items() if dict(leaves(local))[path] != value
+    }
+    # serverless_main.py sets them: the command after `--` reads the same settings.
+    through_main = subprocess.run(
+        [sys.executable, "serverless_main.py", *parameters[:separator], "--", "config"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+    )
+    assert through_main.returncode == 0, through_main.stderr
+    assert yaml.safe_load(through_main.stdout)["settings"] == on_serverless

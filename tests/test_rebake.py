@@ -86,7 +86,7 @@ def test_an_accepted_rebake_with_f_s_keeps_every_existing_file(out, capfd):
     after = digest(project)
     # Only the file the new answers add appears; every existing one, the user's edits included, is kept.
     assert {name: after[name] for name in before} == before
-    assert set(after) - set(before) == {"databricks.yml"}
+    assert set(after) - set(before) == {"databricks.yml", "serverless_main.py"}
     assert loaded_settings(project)["state_store"]["provider"] == "rocksdb"
     printed = capfd.readouterr()
     assert "NOTE: settings.yaml was kept as it was (cookiecutter -s) and says provider rocksdb, not hdfs" in printed.err
@@ -94,9 +94,10 @@ def test_an_accepted_rebake_with_f_s_keeps_every_existing_file(out, capfd):
 
 def test_an_optional_file_is_never_written_for_a_project_that_does_not_use_it(out):
     project = bake(out, platform="databricks", stateful_operator="custom_state")
-    assert (project / "databricks.yml").is_file() and (project / "stream_job" / "sessions.py").is_file()
+    optional = ("databricks.yml", "serverless_main.py", "stream_job/sessions.py")
+    assert all((project / name).is_file() for name in optional)
     oss = bake(out / "oss")
-    assert not (oss / "databricks.yml").exists() and not (oss / "stream_job" / "sessions.py").exists()
+    assert not any((oss / name).exists() for name in optional)
 
 
 @pytest.mark.parametrize(

@@ -126,11 +126,13 @@ def test_a_pinned_kafka_connector_is_the_one_fetched(make_settings):
     ]
 
 
-def test_missing_connectors_asks_the_real_class_loader(spark):
+def test_missing_connectors_asks_the_session(spark):
+    """Through the session, as a Spark Connect server is asked: the format resolves, the extension is set."""
     # The shared session starts with the Kafka connector (conftest._shared_session), not delta-spark.
-    present = Connector("test", "x:y:1", "org.apache.spark.sql.kafka010.KafkaSourceProvider")
-    absent = Connector("test", "x:z:1", DELTA_EXTENSION)
-    assert missing_connectors(spark, [present, absent]) == [absent]
+    present = Connector("test", "x:y:1", "org.apache.spark.sql.kafka010.KafkaSourceProvider", "kafka")
+    absent = Connector("test", "x:z:1", DELTA_EXTENSION, "delta", DELTA_EXTENSION)
+    unextended = Connector("test", "x:w:1", "org.apache.spark.sql.kafka010.KafkaSourceProvider", "kafka", "com.x.Ext")
+    assert missing_connectors(spark, [present, absent, unextended]) == [absent, unextended]
 
 
 @pytest.mark.delta_spark

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import pickle
 from datetime import datetime
 
 from deltalake import DeltaTable
@@ -17,14 +19,21 @@ def rows(spark, *values):
     return spark.createDataFrame([(datetime(2026, 1, 1, 0, minute), key, n) for minute, key, n in values], SCHEMA)
 
 
+def writer_of(tmp_path, path, query_id):
+    """The writer of a query whose checkpoint holds `query_id`, as Spark writes it before the first batch."""
+    checkpoint = tmp_path / f"checkpoint-{query_id}"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text(json.dumps({"id": query_id}) + "\n")
+    return DeltaLakeBatchWriter(path, str(checkpoint))
+
+
 def table_rows(spark, path):
     return spark.createDataFrame(DeltaTable(path).to_pyarrow_table())
 
 
 def test_replayed_batch_is_skipped(spark, tmp_path):
     path = str(tmp_path / "table")
-    writer = DeltaLakeBatchWriter(path)
-    writer.bind("query-1")
+    writer = writer_of(tmp_path, path, "query-1")
     assert committed_version(path, "query-1") == -1  # no table yet
 
     writer(rows(spark, (0, "a", 3), (0, "b", 1)), 0)
@@ -39,9 +48,7 @@ def test_replayed_batch_is_skipped(spark, tmp_path):
 
 def test_another_query_writes_its_own_batch_ids(spark, tmp_path):
     path = str(tmp_path / "table")
-    first, second = DeltaLakeBatchWriter(path), DeltaLakeBatchWriter(path)
-    first.bind("query-1")
-    second.bind("query-2")
+    first, second = writer_of(tmp_path, path, "query-1"), writer_of(tmp_path, path, "query-2")
     first(rows(spark, (0, "a", 1)), 0)
     second(rows(spark, (0, "b", 1)), 0)  # batch 0 of another query is new data, not a replay
     assertDataFrameEqual(table_rows(spark, path), rows(spark, (0, "a", 1), (0, "b", 1)))
@@ -51,8 +58,8 @@ def test_another_query_writes_its_own_batch_ids(spark, tmp_path):
 def test_an_empty_batch_is_recorded_without_a_data_file(spark, tmp_path):
     """As Spark's own Delta sink does: the table records every batch, so a start can tell one it lost."""
     path = str(tmp_path / "table")
-    writer = DeltaLakeBatchWriter(path)
-    writer.bind("query-1")
+    # Spark Connect pickles the writer at start() and calls the copy in its server's Python.
+    writer = pickle.loads(pickle.dumps(writer_of(tmp_path, path, "query-1")))
     writer(rows(spark), 0)  # the first batch, empty: the table is made, with the batch's columns
     writer(rows(spark, (0, "a", 1)), 1)
     writer(rows(spark), 2)
@@ -83,8 +90,7 @@ def test_missing_deltalake_package_exits_3_before_spark_starts(write_settings, t
 
 def test_show_output_reads_the_delta_table(spark, write_settings, tmp_path):
     table = str(tmp_path / "output")
-    writer = DeltaLakeBatchWriter(table)
-    writer.bind("query-1")
+    writer = writer_of(tmp_path, table, "query-1")
     writer(rows(spark, (0, "a", 3), (1, "b", 1)), 0)
     path = write_settings({"sink": {"type": "delta", "path": table, "delta": {"writer": "deltalake"}}})
     result = run_python("-m", "stream_job", "show-output", "--settings", str(path), env=clean_env())

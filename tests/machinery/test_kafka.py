@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
+from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.endpoints.kafka import KafkaEndpointError, read_nothing
 from stream_job.machinery.job.endpoints.output import read_output
 from stream_job.machinery.operations import local_kafka
 
@@ -152,7 +154,14 @@ def test_sasl_reads_with_the_password_from_the_named_variable_and_never_prints_i
     assert password not in result.stdout + result.stderr + path.read_text()
 
 
-def test_wrong_credentials_are_one_line_and_start_nothing(kafka_broker, write_settings, tmp_path):
+REFUSED_ALICE = (
+    "the broker refused the credentials of 'alice' (SCRAM-SHA-256, the password from $KAFKA_TEST_PASSWORD):"
+    " Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256;"
+    " check sasl_username, sasl_mechanism and the password in $KAFKA_TEST_PASSWORD"
+)
+
+
+def test_wrong_credentials_are_one_line_and_start_nothing(spark, kafka_broker, write_settings, tmp_path):
     topic = f"{tmp_path.name}-t"
     local_kafka.create_topic(kafka_broker.bootstrap, topic)
     sasl = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256", "sasl_username": "alice"}
@@ -164,13 +173,25 @@ def test_wrong_credentials_are_one_line_and_start_nothing(kafka_broker, write_se
 
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        f"kafka error: source.kafka.bootstrap_servers {kafka_broker.sasl_bootstrap}: the broker refused the"
-        " credentials of 'alice' (SCRAM-SHA-256, the password from $KAFKA_TEST_PASSWORD): Authentication failed"
-        " during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256; check"
-        " sasl_username, sasl_mechanism and the password in $KAFKA_TEST_PASSWORD"
+        f"kafka error: source.kafka.bootstrap_servers {kafka_broker.sasl_bootstrap}: {REFUSED_ALICE}"
     )
     assert "not-her-password-7" not in result.stdout + result.stderr
     assert not (tmp_path / "checkpoint").exists()
+
+    # Spark Connect's way, where no AdminClient runs: an empty read of each topic through the session's own
+    # connector (here the shared session's). The same lines, bar the list of the topics there.
+    alice = load_settings(path).source.kafka
+    read_nothing(spark, "source", alice, {PASSWORD_ENV: KAFKA_USERS["alice"]})  # the topic is there: no error
+    with pytest.raises(KafkaEndpointError) as refused:
+        read_nothing(spark, "source", alice, {PASSWORD_ENV: "not-her-password-7"})
+    assert str(refused.value) == f"source.kafka.bootstrap_servers {kafka_broker.sasl_bootstrap}: {REFUSED_ALICE}"
+    missing = alice.model_copy(update={"topic": f"{topic},no-such-topic-y"})
+    with pytest.raises(KafkaEndpointError) as not_there:
+        read_nothing(spark, "source", missing, {PASSWORD_ENV: KAFKA_USERS["alice"]})
+    assert str(not_there.value) == (
+        f"source.kafka.topic {topic},no-such-topic-y: no topic no-such-topic-y on {kafka_broker.sasl_bootstrap} (read"
+        " through Spark's connector, which lists no topics); create it, or fix the name"
+    )
 
 
 def test_no_broker_and_no_topic_are_one_line_each_and_start_nothing(kafka_broker, write_settings, tmp_path):

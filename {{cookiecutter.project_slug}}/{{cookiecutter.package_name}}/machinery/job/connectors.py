@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from ..core.settings import Settings
 from .project_files import project_file
+from .remote import is_connect
 
 SCALA_VERSION = "2.13"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -43,6 +44,8 @@ class Connector:
     needed_for: str
     coordinate: str
     probe_class: str
+    data_source: str  # the format name its JAR registers: resolving it is the presence check
+    extension: str | None = None  # the session extension it needs in spark.sql.extensions, if any
 
 
 def spark_minor(version: str) -> str:
@@ -67,6 +70,7 @@ def required_connectors(settings: Settings, spark_version: str = pyspark.__versi
                 f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:"
                 + kafka_connector_version(spark_version, settings.spark.kafka_connector_version),
                 "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+                "kafka",
             )
         )
     if settings.sink.delta_writer == "delta-spark":
@@ -81,6 +85,8 @@ def required_connectors(settings: Settings, spark_version: str = pyspark.__versi
             Connector(
                 "sink.type delta with sink.delta.writer delta-spark",
                 f"io.delta:delta-spark_{spark_minor(spark_version)}_{SCALA_VERSION}:{settings.sink.delta.version}",
+                DELTA_EXTENSION,
+                "delta",
                 DELTA_EXTENSION,
             )
         )
@@ -129,22 +135,56 @@ def submit_arguments(settings: Settings, jars: Sequence[Path] = ()) -> list[str]
     return [*heap, "--packages", needed, *confs]
 
 
+# How Spark says it has no provider for a format: Kafka's own legacy error, and the general one (which
+# Classic's pyspark leaves as a Py4JJavaError, its condition only in the text).
+SOURCE_NOT_FOUND = ("_LEGACY_ERROR_TEMP_1140", "DATA_SOURCE_NOT_FOUND")
+
+
 def missing_connectors(spark: SparkSession, connectors: list[Connector]) -> list[Connector]:
-    """The connectors whose classes Spark's class loader cannot find (the one data sources are looked up in)."""
-    utils = spark._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
-    return [connector for connector in connectors if not utils.classIsLoadable(connector.probe_class)]
+    """The connectors whose data source Spark cannot resolve, or whose session extension Spark was not
+    started with: asked through the session, so a Spark Connect server answers for its own classpath."""
+    extensions = str(spark.conf.get("spark.sql.extensions", None) or "").split(",")
+    return [
+        connector
+        for connector in connectors
+        if not _resolves(spark, connector.data_source)
+        or (connector.extension is not None and connector.extension not in extensions)
+    ]
+
+
+def _resolves(spark: SparkSession, data_source: str) -> bool:
+    """Whether Spark finds a provider for the format: a read without options fails either way, but only a
+    missing provider fails with SOURCE_NOT_FOUND (a found one asks for its options). No broker, file or
+    job is touched; `.schema` makes Spark Connect analyse the read, as Classic's load() does."""
+    try:
+        spark.read.format(data_source).load().schema  # noqa: B018  # the analysis is the check
+    except Exception as error:  # noqa: BLE001  # the provider's own complaints mean it was found
+        condition = getattr(error, "getCondition", lambda: None)()
+        return condition not in SOURCE_NOT_FOUND and not any(f"[{name}]" in str(error) for name in SOURCE_NOT_FOUND)
+    return True
 
 
 def require_connectors(spark: SparkSession, settings: Settings) -> None:
     """Raise ConnectorError naming each missing connector and the --packages that brings it."""
     missing = missing_connectors(spark, required_connectors(settings, spark.version))
-    if missing:
-        names = ", ".join(f"{c.needed_for} needs {c.probe_class}" for c in missing)
-        coordinates = ",".join(c.coordinate for c in missing)
-        raise ConnectorError(
-            f"{names}, which is not on Spark's classpath. Start the job with"
-            f" `spark-submit --packages {coordinates} main.py` (make submit does), or run it with python and"
-            " spark.fetch_packages true on a machine that can reach Maven Central (or the mirror in"
-            " ivysettings.xml); without Maven access,"
-            " download the JARs with their dependencies and list them in spark.conf as spark.jars"
+    if not missing:
+        return
+    names = ", ".join(f"{c.needed_for} needs {c.probe_class}" for c in missing)
+    coordinates = ",".join(c.coordinate for c in missing)
+    if is_connect(spark):  # the server's classpath and confs: the job can fetch nothing for it
+        confs = "".join(
+            f" --conf spark.sql.extensions={DELTA_EXTENSION} --conf spark.sql.catalog.spark_catalog={DELTA_CATALOG}"
+            for c in missing
+            if c.extension == DELTA_EXTENSION
         )
+        raise ConnectorError(
+            f"{names}, which the Spark Connect server does not have. Start the server with"
+            f" `--packages {coordinates}{confs}` (or its JARs as --jars); this job cannot add them to a server"
+        )
+    raise ConnectorError(
+        f"{names}, which is not on Spark's classpath. Start the job with"
+        f" `spark-submit --packages {coordinates} main.py` (make submit does), or run it with python and"
+        " spark.fetch_packages true on a machine that can reach Maven Central (or the mirror in"
+        " ivysettings.xml); without Maven access,"
+        " download the JARs with their dependencies and list them in spark.conf as spark.jars"
+    )

@@ -8,8 +8,9 @@ What is left needs the running session or the broker, and is checked here before
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import pyspark
 from pyspark.sql import DataFrame, SparkSession
@@ -19,9 +20,14 @@ from ..core.plan_operators import PlanOperator
 from ..core.settings import Settings, SettingsError
 from ..core.sizing.partitions import local_cores
 from .endpoints.kafka import source_partitions
+from .remote import is_connect
 
 # What the names of an analyzed plan's nodes that run the user's Python in a worker hold (pandas, Arrow).
 PYTHON_PLAN_MARKERS = ("InPandas", "InArrow", "InPySpark", "Python")
+UNCOUNTED_PARTITIONS = (
+    "the task slots are not checked against the Kafka partitions on Spark Connect: only Kafka's AdminClient,"
+    " in this process's JVM, counts them (a batch with too few slots waits without output)"
+)
 
 
 def refuse_before_spark(settings: Settings, spark_version: str = pyspark.__version__) -> None:
@@ -66,20 +72,28 @@ def task_slots(spark: SparkSession, settings: Settings) -> int | None:
     local = local_cores(settings.spark.master)
     if local is not None:
         return local
-    conf = spark.sparkContext.getConf()
-    executors, cores = conf.get("spark.executor.instances"), conf.get("spark.executor.cores")
+    # The session's conf holds Spark's own (SparkConf) too, in both modes: Connect has no sparkContext.
+    executors, cores = (spark.conf.get(key, None) for key in ("spark.executor.instances", "spark.executor.cores"))
     if executors and cores and executors.isdigit() and cores.isdigit():
         return int(executors) * int(cores)
     return None
 
 
-def refuse_too_few_slots(spark: SparkSession, settings: Settings, plan: Sequence[PlanOperator]) -> None:
+def refuse_too_few_slots(
+    spark: SparkSession, settings: Settings, plan: Sequence[PlanOperator], remarks_to: TextIO | None = None
+) -> None:
     """A real-time batch holds a task slot for every Kafka partition and every shuffle partition at once:
-    with fewer, its tasks wait for each other and no result comes out."""
+    with fewer, its tasks wait for each other and no result comes out. First, the Spark that runs the
+    query has real-time mode: on Spark Connect the server's release, which the check before the start
+    (refuse_before_spark, this process's pyspark) cannot know."""
     if not settings.query.real_time:
         return
+    refuse_before_spark(settings, spark.version)
     slots = task_slots(spark, settings)
     if slots is None:
+        return
+    if is_connect(spark):
+        print(f"real-time: {UNCOUNTED_PARTITIONS}", file=remarks_to or sys.stdout, flush=True)
         return
     problem = real_time.slots_problem(
         slots, source_partitions(spark, settings), settings.spark.shuffle_partitions, len(plan)

@@ -14,8 +14,8 @@ in driver memory and the write does not scale out. The delta-spark writer has ne
 
 from __future__ import annotations
 
+import json
 import os
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -30,8 +30,6 @@ from ...core.checkpoint.sink_log import DELTA_LOG
 from ...core.durations import AVAILABLE_NOW
 from ...core.settings import KafkaSinkSettings, QuerySettings, SettingsError, SinkSettings
 from .kafka import connection_options
-
-BIND_TIMEOUT_SECONDS = 60
 
 
 def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings, one_batch: bool = False) -> StreamingQuery:
@@ -50,10 +48,7 @@ def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings, one
         # The JVM Delta sink records (query id, batch id) in each commit and skips a replayed batch.
         return writer.format("delta").option("path", sink.path).start()
     if sink.delta_writer == "deltalake":
-        batch_writer = DeltaLakeBatchWriter(sink.path)
-        started = writer.foreachBatch(batch_writer).start()
-        batch_writer.bind(started.id)
-        return started
+        return writer.foreachBatch(DeltaLakeBatchWriter(sink.path, query.checkpoint_location)).start()
     if sink.type == "kafka":
         # At least once: a batch replayed after a crash is produced again, the same keys and values.
         return writer.format("kafka").options(**kafka_sink_options(sink.kafka)).start()
@@ -91,25 +86,31 @@ def _with_trigger(writer: DataStreamWriter, trigger: str) -> DataStreamWriter:
 
 
 class DeltaLakeBatchWriter:
-    """A foreachBatch function writing to the Delta table at `path`; call bind(query.id) after start()."""
+    """A foreachBatch function writing to the Delta table at `path` for the query of `checkpoint`.
 
-    def __init__(self, path: str):
+    It holds only the two paths: Spark Connect pickles it at start() and calls it in the server's Python,
+    so nothing set on the client after the start would reach it. The query id is read where the batch
+    runs, from the checkpoint, once per process."""
+
+    def __init__(self, path: str, checkpoint: str):
         self.path = path
+        self.checkpoint = checkpoint
         self._query_id: str | None = None
-        self._bound = threading.Event()
         self.skipped_batches: list[int] = []
 
-    def bind(self, query_id: str) -> None:
-        """The app id is the query id, which stays the same across restarts on one checkpoint."""
-        self._query_id = query_id
-        self._bound.set()
+    def query_id(self, batch: DataFrame) -> str:
+        """The app id is the query id: Spark writes it to the checkpoint's `metadata` before the first
+        batch, and it stays the same across restarts on that checkpoint. Read through the batch's session
+        (a small job, once per process), so a checkpoint on any file system Spark reaches reads alike."""
+        if self._query_id is None:
+            line = batch.sparkSession.read.text(f"{self.checkpoint.rstrip('/')}/metadata").first()
+            self._query_id = str(json.loads(line[0])["id"])  # type: ignore[index]
+        return self._query_id
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from deltalake import CommitProperties, Transaction, write_deltalake
 
-        if not self._bound.wait(BIND_TIMEOUT_SECONDS):
-            raise RuntimeError("DeltaLakeBatchWriter was not bound to its query; call bind(query.id) after start()")
-        app_id = str(self._query_id)
+        app_id = self.query_id(batch)
         if committed_version(self.path, app_id) >= batch_id:
             # Still run the batch, without output: its state store updates must commit again, and
             # Spark fails the query when a stateful batch ends without them.

@@ -65,8 +65,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     problems = settings.problems_before_run()
     if problems:
         raise SettingsError(problems)
-    refuse_before_spark(settings)
-    if settings.spark.connect_url is not None:  # before the lock and the guard: a missing server changes nothing
+    if settings.spark.connect_url is None:
+        refuse_before_spark(settings)  # this process's pyspark; a Connect server's release is checked at the start
+    else:  # before the lock and the guard: a missing server changes nothing
         require_server(settings.spark.connect_url)
     remarks_to = settings.monitoring.remarks_to(sys.stdout)
     from ..job.session import job_session  # Spark is imported only when a command needs it
@@ -101,13 +102,14 @@ def _run(
     from ..job.endpoints.kafka import check_kafka_endpoints, require_brokers
     from ..job.runner import run_query, startup_line
     from ..job.schema_evolution import schema_refusal_advice
-    from ..job.session import log_dir, server_confs_missing
+    from ..job.session import log_dir, refused_confs
 
     print(startup_line(spark, settings), file=remarks_to, flush=True)
-    for key in server_confs_missing(spark, settings):
+    refused = refused_confs(spark, settings)
+    if refused:
         print(
-            f"spark.conf: {key} is fixed when Spark starts, and the Spark Connect server keeps its own; set it"
-            " where the server starts",
+            f"spark.conf: the Spark Connect server keeps its own value of {', '.join(refused)} (fixed when it"
+            " starts, or by its platform); set them where the server starts",
             file=remarks_to,
             flush=True,
         )

@@ -69,7 +69,8 @@ def refuse_python(result: DataFrame, settings: Settings) -> None:
 def task_slots(spark: SparkSession, settings: Settings) -> int | None:
     """The tasks the job runs at once: a local master's threads, a cluster's executors x cores where the
     settings say both (None where they do not: executors register after the start)."""
-    local = local_cores(settings.spark.master)
+    # The master Spark runs on (spark-submit's --master, a Connect server's), else the settings'.
+    local = local_cores(str(spark.conf.get("spark.master", None) or settings.spark.master))
     if local is not None:
         return local
     # The session's conf holds Spark's own (SparkConf) too, in both modes: Connect has no sparkContext.

@@ -65,10 +65,9 @@ def require_server(url: str) -> None:
 
 
 def connect_session(url: str, confs: Mapping[str, str]) -> SparkSession:
-    """A Spark Connect session at `url` with the job's confs set on it, and a client that gives a server
-    gone mid-run up in seconds. Each session has confs of its own on the server; those fixed when the
-    server started (spark.driver.*, spark.jars, spark.sql.extensions) are the server's: static_confs_unset
-    names the ones that differ."""
+    """A Spark Connect session at `url` with the confs set on it that the server lets a session set (each
+    session has confs of its own there; session.refused_confs says what it refuses), and a client that gives
+    a server gone mid-run up in seconds."""
     from pyspark import cloudpickle
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
@@ -83,15 +82,13 @@ def connect_session(url: str, confs: Mapping[str, str]) -> SparkSession:
     warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
     spark = SparkSession.builder.remote(url).getOrCreate()
     spark.client.set_retry_policies([DefaultPolicy(max_retries=RETRIES, max_backoff=MOST_BACKOFF_MS)])
-    for key, value in confs.items():
-        if key.startswith("spark.sql."):
-            spark.conf.set(key, value)
+    set_confs(spark, confs)
     return spark
 
 
-def confs_refused(spark: SparkSession, confs: Mapping[str, str]) -> list[str]:
-    """Set each conf on the session; those a running Spark refuses (fixed when it starts: spark.ui.*,
-    spark.driver.*, static SQL confs), by name."""
+def set_confs(spark: SparkSession, confs: Mapping[str, str]) -> list[str]:
+    """Set each conf on the session; those the server refuses, by name: fixed when a Spark starts
+    (spark.ui.*, spark.driver.*, static SQL confs), or by its platform (Databricks serverless: most)."""
     from pyspark.errors import PySparkException
 
     refused = []

@@ -98,7 +98,7 @@ def run_query(
     remarks_to = monitoring.remarks_to(progress_to)
     result = build_result(spark, settings)
     plan = follow_plan(result, settings, held, remarks_to)
-    refuse_too_few_slots(spark, settings, plan)
+    refuse_too_few_slots(spark, settings, plan, remarks_to)
     endless = None if max_batches is not None else settings.endless_run(plan)
     if endless:
         raise SettingsError([endless])

@@ -18,6 +18,7 @@ from ..core.confs import (
     CHANGELOG_CONF,
     ENCODING_CONF,
     INTEGRITY_CONFS,
+    MANAGED_CONFS,
     MIN_BATCH_CONF,
     PARTITIONS_CONF,
     PROVIDER_CLASSES,
@@ -31,7 +32,7 @@ from .connectors import DELTA_CATALOG, DELTA_EXTENSION, PACKAGES_CONF, resolutio
 from .driver_jvm import OUT_OF_MEMORY_OPTION, jvm_ran_out_of_memory, launch_driver_jvm
 from .java import launched_by_spark_submit, require_java
 from .project_files import project_file
-from .remote import ServerGone, confs_refused, connect_session, is_connect, server_gone, set_log_level
+from .remote import ServerGone, connect_session, is_connect, server_gone, set_confs, set_log_level
 
 
 def spark_confs(settings: Settings) -> dict[str, str]:
@@ -208,12 +209,36 @@ def tool_session(app_name: str, confs: dict[str, str], settings: Settings | None
         yield spark
 
 
-def server_confs_missing(spark: SparkSession, settings: Settings) -> list[str]:
-    """On Spark Connect, spark.conf's confs that the server refuses to take from a session: those fixed when a
-    Spark starts (spark.ui.*, spark.driver.*), the server's own, to be set where it starts."""
+# The confs a checkpoint pins: a server that refuses one and runs another value would write a checkpoint
+# that the settings, the sizing and the guard do not describe.
+PINNED_CONFS = (
+    PROVIDER_CONF,
+    PARTITIONS_CONF,
+    ENCODING_CONF,
+    INTEGRITY_CONFS["checkpoint_format_version"],
+    INTEGRITY_CONFS["row_checksums"],
+)
+
+
+def refused_confs(spark: SparkSession, settings: Settings) -> list[str]:
+    """On Spark Connect, the job's confs that the server does not let a session set, left with its own
+    value; SettingsError where that value differs from one the checkpoint pins."""
     if not is_connect(spark):
         return []
-    return confs_refused(spark, {key: _text(value) for key, value in settings.spark.conf.items()})
+    wanted = {**spark_confs(settings), **{key: _text(value) for key, value in settings.spark.conf.items()}}
+    refused = set_confs(spark, wanted)
+    for key in refused:
+        held = spark.conf.get(key, None)
+        if key in PINNED_CONFS and held != wanted[key]:
+            owner = MANAGED_CONFS[key]
+            raise SettingsError(
+                [
+                    f"{owner}: the Spark Connect server at {settings.spark.connect_url} does not let a session set"
+                    f" {key} (its platform fixes it) and runs {held}, not {wanted[key]}; the checkpoint would pin"
+                    f" the server's: set {owner} to match it, or run where it can be set"
+                ]
+            )
+    return refused
 
 
 @contextmanager
@@ -238,13 +263,15 @@ def _own_or_shared(start: Callable[[], SparkSession], confs: Mapping[str, str]) 
                 spark.stop()
         return
     before = {key: active.conf.get(key, None) for key in runtime}
-    for key, value in runtime.items():
-        active.conf.set(key, value)
+    # A Connect session's platform may refuse some (Databricks serverless): refused_confs says which.
+    refused = set_confs(active, runtime)
     try:
         yield active
     finally:
         release_state_stores(active)
         for key, held in before.items():
+            if key in refused:
+                continue
             if held is None:
                 active.conf.unset(key)
             else:

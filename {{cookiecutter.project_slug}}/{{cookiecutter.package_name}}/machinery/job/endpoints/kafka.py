@@ -24,7 +24,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from ...core.settings import KafkaConnection, KafkaSourceSettings, Settings
+from ...core.settings import KafkaConnection, KafkaSinkSettings, KafkaSourceSettings, Settings
 from ..remote import is_connect
 
 CONNECT_TIMEOUT_SECONDS = 5
@@ -109,7 +109,7 @@ def check_kafka_endpoints(
     return remarks
 
 
-def _no_topic(section: str, kafka: KafkaConnection, missing: list[str], there: str) -> str:
+def _no_topic(section: str, kafka: KafkaSourceSettings | KafkaSinkSettings, missing: list[str], there: str) -> str:
     return (
         f"{section}.kafka.topic {kafka.topic}: no topic {', '.join(missing)} on {kafka.bootstrap_servers}{there};"
         " create it, or fix the name"
@@ -117,7 +117,10 @@ def _no_topic(section: str, kafka: KafkaConnection, missing: list[str], there: s
 
 
 def read_nothing(
-    spark: SparkSession, section: str, kafka: KafkaConnection, environ: Mapping[str, str] = os.environ
+    spark: SparkSession,
+    section: str,
+    kafka: KafkaSourceSettings | KafkaSinkSettings,
+    environ: Mapping[str, str] = os.environ,
 ) -> None:
     """The checks through Spark's own connector (where Spark runs: a Connect server's network and JARs):
     an empty batch read per topic, or of the pattern, with the endpoint's client options. A pattern that

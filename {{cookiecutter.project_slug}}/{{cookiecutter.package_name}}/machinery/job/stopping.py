@@ -26,6 +26,7 @@ from ..core.checkpoint.files import last_committed, local_checkpoint, unfinished
 from ..core.settings import Settings
 from ..core.text import first_line
 from .remote import set_log_level
+from .session_files import checkpoint_files
 
 POLL_SECONDS = 0.2
 # What signal.signal installs and returns: a function, SIG_DFL or SIG_IGN, or None (not set from Python).
@@ -130,7 +131,8 @@ def stop_on_batch_boundary(
             "stopped between batches (the checkpoint is not local: its last batch is not checked here)", file=remarks_to
         )
         return
-    batch = unfinished_batch(checkpoint)
+    files = checkpoint_files(spark, settings.query.checkpoint_location)  # a Connect server's: through the session
+    batch = unfinished_batch(checkpoint, files)
     if batch is not None and waiting():
         # The next trigger fired before the stop: its batch is logged; run it alone, on its logged input
         # (a once trigger runs the unfinished batch and nothing more).
@@ -142,9 +144,9 @@ def stop_on_batch_boundary(
         if again.isActive:
             stop_quietly(spark, again)
             terminated(again, True, remarks_to)
-        batch = unfinished_batch(checkpoint)
+        batch = unfinished_batch(checkpoint, files)
     if batch is None:
-        committed = last_committed(checkpoint)
+        committed = last_committed(checkpoint, files)
         last = f"batch {committed} committed" if committed is not None else "no batch ran"
         print(f"stopped on a batch boundary: {last}, nothing in flight", file=remarks_to, flush=True)
         return

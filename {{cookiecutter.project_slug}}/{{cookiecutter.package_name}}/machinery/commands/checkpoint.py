@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.checkpoint.files import LOCAL, CheckpointRead
-from ..core.settings import DEFAULT_SETTINGS_FILE, Settings, load_settings
+from ..core.settings import DEFAULT_SETTINGS_FILE, Settings, connect_url, load_settings
 from ..job.guard import check_checkpoint
 from .arguments import EXIT_CHECKPOINT_DRIFT, add_settings_argument, non_negative_int
 from .run import guard_passes
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -52,10 +57,19 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
-    report = check_checkpoint(settings)
-    if not guard_passes(report):
-        return EXIT_CHECKPOINT_DRIFT
-    operators, evolutions = _plan_fit(settings, report.held)  # the query is built even without a checkpoint
+    from ..job.session import tool_session  # Spark is imported only when a command needs it
+    from ..job.session_files import checkpoint_files
+
+    with ExitStack() as stack:
+        # On Spark Connect the session comes first (no JVM here), to read a checkpoint on the server's disk; a
+        # JVM of Spark Classic starts only for the query's plan, once the files agree.
+        spark = stack.enter_context(tool_session("check-plan", {}, settings)) if settings.spark.connect_url else None
+        files = LOCAL if spark is None else checkpoint_files(spark, settings.query.checkpoint_location)
+        report = check_checkpoint(settings, files, output_seen=files is LOCAL)
+        if not guard_passes(report):
+            return EXIT_CHECKPOINT_DRIFT
+        spark = spark or stack.enter_context(tool_session("check-plan", {}, settings))
+        operators, evolutions = _plan_fit(spark, settings, report.held)  # the query is built without a checkpoint
     if report.last_batch is None:
         print(f"query: {operators}, fits the settings; nothing to compare with yet")
         return 0
@@ -68,20 +82,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_fit(settings: Settings, held: CheckpointRead | None) -> tuple[str, list[str]]:
+def _plan_fit(spark: SparkSession, settings: Settings, held: CheckpointRead | None) -> tuple[str, list[str]]:
     """The query's stateful operators, their keys and custom_state's state schemas against the
-    checkpoint's, read from the query's plan in a local Spark session (nothing runs): raises the refusal
-    a start would give (state_fit.py), else returns the operators and the state schema changes Spark
-    accepts."""
+    checkpoint's, read from the query's plan (nothing runs): raises the refusal a start would give
+    (state_fit.py), else returns the operators and the state schema changes Spark accepts."""
     from ..core.plan_operators import chain, flow_order
     from ..job.query_plan import read_plan, stand_in_result
-    from ..job.session import tool_session
     from ..job.state_fit import check_fit
 
-    with tool_session("check-plan", {}, settings) as spark:
-        result = stand_in_result(spark, settings)
-        plan = read_plan(result)
-        _, evolutions = check_fit(result, plan, settings, held, record_key=False)
+    result = stand_in_result(spark, settings)
+    plan = read_plan(result)
+    _, evolutions = check_fit(result, plan, settings, held, record_key=False)
     return chain([operator.kind for operator in flow_order(plan)]), evolutions
 
 
@@ -91,7 +102,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from ..operations.inspection import checkpoint_facts, inspect_checkpoint, render
     from ..operations.state_reader import reader_confs
 
-    facts = checkpoint_facts(location, args.batch_id)  # what can be checked before Spark starts
+    remote = connect_url(settings.spark.remote if settings else None)
+    # What can be checked before Spark starts (on Spark Connect, through the session: the server's disk).
+    facts = None if remote else checkpoint_facts(location, args.batch_id)
     from ..job.query_plan import planned_operators
     from ..job.session import secret_confs, tool_session
     from ..job.session_files import checkpoint_files
@@ -102,7 +115,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         confs.update(secret_confs(settings))
     with tool_session("inspect-state", {**confs, **reader_confs(location)}, settings) as spark:
         files = checkpoint_files(spark, location)
-        if files is not LOCAL:  # the checkpoint of a Spark Connect server: its facts are read through the session
+        if facts is None or files is not LOCAL:
             facts = checkpoint_facts(location, args.batch_id, files)
         if args.key is not None or args.changes:
             return _inspect_key(spark, location, facts, args)

@@ -47,6 +47,12 @@ def register(commands: argparse._SubParsersAction) -> None:
 def cmd_repartition(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     location = settings.query.checkpoint_location
+    if settings.spark.connect_url is not None:
+        raise RepartitionRefused(
+            f"{location}: Spark repartitions state in Spark Classic only (its StreamingCheckpointManager; a Spark"
+            " Connect session has no such call), and spark.remote is set; run it without spark.remote (and"
+            " SPARK_REMOTE) on a machine whose Spark reaches the checkpoint, with the job stopped; nothing was changed"
+        )
     output = _file_sink_output(settings)
     recovered = _recover_interrupted(location, output)
     try:

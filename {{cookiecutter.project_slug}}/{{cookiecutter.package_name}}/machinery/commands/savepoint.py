@@ -13,7 +13,7 @@ from typing import Any
 from ..core.checkpoint.files import LANDING_FLAGS
 from ..core.checkpoint.run_lock import holding
 from ..core.contract import PACKAGE
-from ..core.settings import ENV_PREFIX, load_settings
+from ..core.settings import ENV_PREFIX, Settings, load_settings
 from ..operations.savepoint import (
     CHECKPOINT,
     OUTPUT,
@@ -71,8 +71,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 @contextmanager
-def state_reader() -> Iterator[Any]:
-    """A function that starts the local session reading the state, once, when first called."""
+def state_reader(settings: Settings | None = None) -> Iterator[Any]:
+    """A function that starts the session reading the state, once, when first called: a local one, or through
+    the settings' (else SPARK_REMOTE's) Spark Connect server."""
     started: list[Any] = []
 
     with ExitStack() as stack:
@@ -82,7 +83,7 @@ def state_reader() -> Iterator[Any]:
                 from ..job.session import tool_session
                 from ..operations.state_reader import READER_CONFS
 
-                started.append(stack.enter_context(tool_session("savepoint", READER_CONFS)))
+                started.append(stack.enter_context(tool_session("savepoint", READER_CONFS, settings)))
             return started[0]
 
         yield session
@@ -91,11 +92,16 @@ def state_reader() -> Iterator[Any]:
 def cmd_create(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     target = _absolute(args.savepoint)
-    origin = plan_create(settings, target)
-    output = f" and {origin.output}" if origin.output else ""
-    print(f"savepoint: copying {origin.checkpoint} (batch {origin.batch}){output} into {target}", flush=True)
-    with holding(settings.query.checkpoint_location, "a savepoint"), state_reader() as session:
-        manifest = create(session, origin, target)
+    with state_reader(settings) as session:
+        if settings.spark.connect_url is not None:  # copied with this machine's file system: it must see the folder
+            from ..job.session_files import require_this_machines
+
+            require_this_machines(session(), settings.query.checkpoint_location, "savepoint create")
+        origin = plan_create(settings, target)
+        output = f" and {origin.output}" if origin.output else ""
+        print(f"savepoint: copying {origin.checkpoint} (batch {origin.batch}){output} into {target}", flush=True)
+        with holding(settings.query.checkpoint_location, "a savepoint"):
+            manifest = create(session, origin, target)
     _print_state(manifest)
     files = manifest["files"].values()
     print(

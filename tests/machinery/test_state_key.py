@@ -16,13 +16,15 @@ from .conftest import BAKED_OPERATOR, digest, edited_query, files_job, run_main,
 
 pytestmark = pytest.mark.streaming
 
-WINDOW = "window struct<start:timestamp,end:timestamp>"
+# Each operator's key columns by name, as the printed plan has them (Spark checks their types).
 STATE_KEYS = {
-    "windowed_aggregation": f"aggregation by {WINDOW}, key string",
-    "deduplication": "deduplication by event_id string",
-    "stream_stream_join": "join on key string = join_key string",
-    "custom_state": "TransformWithStateInPySpark by key string",
+    "windowed_aggregation": "aggregation by window, key",
+    "deduplication": "deduplication by event_id",
+    "stream_stream_join": "join on key = join_key",
+    "custom_state": "TransformWithStateInPySpark by key",
 }
+# The windowed count's key as records written before the names alone held it: with the columns' types.
+TYPED_KEY = "aggregation by window struct<start:timestamp,end:timestamp>, key string"
 # The window each operator's state holds, recorded beside its key (files_job's window is 1 minute).
 STATE_WINDOWS = {"windowed_aggregation": "1 minute"}
 
@@ -45,7 +47,11 @@ def finished_checkpoint(spark, folder: Path, operator: str) -> Path:
     apply_confs(spark, settings)
     assert run_query(spark, settings).exception() is None
     record = json.loads((folder / "checkpoint" / "state_key.json").read_text())
-    assert record == {"state_keys": [STATE_KEYS[operator]], "windows": [STATE_WINDOWS.get(operator)]}
+    assert record == {
+        "state_keys": [STATE_KEYS[operator]],
+        "windows": [STATE_WINDOWS.get(operator)],
+        "key_form": "names",
+    }
     return path
 
 
@@ -61,8 +67,8 @@ def test_a_grouping_key_changed_in_the_code_is_refused_and_nothing_is_touched(sp
         run = run_main("--settings", str(settings_path))
     assert run.returncode == 4, run.stderr
     assert run.stderr.splitlines()[-1] == (
-        f"checkpoint error: the state key changed: the state in this checkpoint was written keyed by aggregation by"
-        f" {WINDOW}, key string, and this query keys it by aggregation by {WINDOW}, event_id string (recorded in"
+        "checkpoint error: the state key changed: the state in this checkpoint was written keyed by aggregation by"
+        " window, key, and this query keys it by aggregation by window, event_id (recorded in"
         f" {tmp_path / 'checkpoint' / 'state_key.json'}). Spark would read the old state under the new key without"
         " an error and give wrong results. Either change the query back, or set query.checkpoint_location to a new"
         " directory and sink.path to an empty one, and reprocess the input from the start."
@@ -77,7 +83,7 @@ def test_a_changed_deduplication_key_is_refused(spark, tmp_path):
     settings = load_settings(finished_checkpoint(spark, tmp_path, "deduplication"))
     events = spark.readStream.schema("event_id string, key string, event_time timestamp").json(str(tmp_path))
     by_id_and_key = events.withWatermark("event_time", "1 minute").dropDuplicatesWithinWatermark(["event_id", "key"])
-    with pytest.raises(StateKeyChanged, match="this query keys it by deduplication by event_id string, key string "):
+    with pytest.raises(StateKeyChanged, match="this query keys it by deduplication by event_id, key "):
         check_state_key(spark, by_id_and_key, settings.query.checkpoint_location)
     # The query as it was passes, and leaves the record as it was.
     before = digest(tmp_path / "checkpoint")
@@ -96,6 +102,7 @@ def test_a_missing_record_is_made_again_and_said_and_a_damaged_one_is_named(spar
     assert json.loads(record.read_text()) == {
         "state_keys": [STATE_KEYS[BAKED_OPERATOR]],
         "windows": [STATE_WINDOWS.get(BAKED_OPERATOR)],
+        "key_form": "names",
     }
 
     record.write_text('{"state_keys": "half')  # its checksum file no longer matches: Hadoop refuses it first
@@ -115,7 +122,19 @@ def test_a_query_without_commits_records_its_own_key(spark, tmp_path):
     deduplicated = events.withWatermark("event_time", "1 minute").dropDuplicatesWithinWatermark(["event_id"])
     assert check_state_key(spark, deduplicated, str(checkpoint)) is None
     recorded = json.loads((checkpoint / "state_key.json").read_text())
-    assert recorded == {"state_keys": [STATE_KEYS["deduplication"]], "windows": [None]}
+    assert recorded == {"state_keys": [STATE_KEYS["deduplication"]], "windows": [None], "key_form": "names"}
+
+
+def test_a_key_of_more_columns_than_spark_prints_is_read_whole(spark, tmp_path):
+    """Spark shortens a printed list past spark.sql.debug.maxToStringFields (25 columns): the plan is
+    printed with it raised, and the session's value put back."""
+    names = [f"c{number}" for number in range(30)]
+    schema = ", ".join(f"{name} string" for name in names) + ", event_time timestamp"
+    events = spark.readStream.schema(schema).json(str(tmp_path))
+    deduplicated = events.withWatermark("event_time", "1 minute").dropDuplicates(names)
+    before = spark.conf.get("spark.sql.debug.maxToStringFields")
+    assert state_keys(deduplicated) == [f"deduplication by {', '.join(names)}"]
+    assert spark.conf.get("spark.sql.debug.maxToStringFields") == before
 
 
 @pytest.mark.skipif(BAKED_OPERATOR != "windowed_aggregation", reason="the windowed count's query.window")
@@ -142,11 +161,16 @@ def test_a_changed_window_is_refused_and_setting_it_back_loses_nothing(spark, tm
     )
     assert (digest(tmp_path / "checkpoint"), digest(tmp_path / "output")) == before
 
-    # A record from before windows were kept: the next start adds them, and then refuses a change.
-    record.write_text(json.dumps({"state_keys": [STATE_KEYS["windowed_aggregation"]]}))
+    # A record from before windows were kept, its key with the columns' types: the next start reads the key
+    # by its names, adds the windows, and then refuses a change.
+    record.write_text(json.dumps({"state_keys": [TYPED_KEY]}))
     (tmp_path / "checkpoint" / ".state_key.json.crc").unlink()
     assert (
         check_state_key(spark, build_result(spark, load_settings(settings_path)), str(tmp_path / "checkpoint")) is None
     )
-    assert json.loads(record.read_text())["windows"] == ["1 minute"]
+    assert json.loads(record.read_text()) == {
+        "state_keys": [STATE_KEYS["windowed_aggregation"]],
+        "windows": ["1 minute"],
+        "key_form": "names",
+    }
     assert run_main("--settings", str(wider)).returncode == 4

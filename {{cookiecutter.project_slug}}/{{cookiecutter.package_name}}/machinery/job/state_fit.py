@@ -23,6 +23,7 @@ left as it was.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 
@@ -35,6 +36,7 @@ from ..core.operators import BY_SPARK_NAME
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
 from ..core.settings import Settings, SettingsError
 from .output_check import columns
+from .plan_source import split_top
 from .query_plan import fit_problems, read_plan, refuse_what_spark_refuses
 from .real_time_checks import refuse_python
 from .schema_evolution import StateSchemaRefused, state_schema_drift
@@ -86,7 +88,7 @@ def _difference(held: list[str], now: list[str]) -> str:
 
 def state_keys(result: DataFrame) -> list[str]:
     """One line per stateful operator of the query's plan, in Spark's operator order: its kind and its
-    key columns, such as `aggregation by window struct<start:timestamp,end:timestamp>, key string`."""
+    key columns by name, such as `aggregation by window, key`."""
     return [operator.key_line for operator in read_plan(result)]
 
 
@@ -108,6 +110,25 @@ class OutputColumnsChanged(Exception):
 
 class StateWindowChanged(Exception):
     """A windowed aggregation's window is not the one its state holds."""
+
+
+# Records before KEY_FORM named each key column with its type ("key string"): read as names.
+KEY_FORM = "names"
+_LEAD = re.compile(r"^(.*? (?:by|on|of)) (.*)$")
+_WORDED = ("its own key", "the rows emitted", "no column equality")
+
+
+def names_only(line: str) -> str:
+    """A recorded key line without the column types older records hold: `aggregation by window
+    struct<start:timestamp,end:timestamp>, key string` -> `aggregation by window, key`."""
+    match = _LEAD.match(line)
+    if not match or match.group(2) in _WORDED:
+        return line
+    columns = [
+        " = ".join(side.rsplit(" ", 1)[0] for side in split_top(item, " = "))
+        for item in split_top(match.group(2), ", ")
+    ]
+    return f"{match.group(1)} {', '.join(columns)}"
 
 
 class KeyRecord:
@@ -134,6 +155,8 @@ class KeyRecord:
             finally:
                 stream.close()
             keys, windows = record["state_keys"], record.get("windows")
+            if record.get("key_form") != KEY_FORM:
+                keys = [names_only(key) for key in keys]
         except (Py4JJavaError, json.JSONDecodeError, KeyError, TypeError, AttributeError):  # Java: a checksum mismatch
             keys = windows = None
         texts = isinstance(keys, list) and all(isinstance(key, str) for key in keys)
@@ -151,7 +174,7 @@ class KeyRecord:
         return any(status.getPath().getName().isdigit() for status in self._fs.listStatus(commits))
 
     def write(self, keys: list[str], windows: list[str | None]) -> None:
-        text = json.dumps({"state_keys": keys, "windows": windows}, indent=2) + "\n"
+        text = json.dumps({"state_keys": keys, "windows": windows, "key_form": KEY_FORM}, indent=2) + "\n"
         stream = self._fs.create(self._path, True)
         try:
             stream.write(bytearray(text.encode("utf-8")))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -50,8 +51,15 @@ class PlanNode:
 
 
 def analyzed_plan(result: DataFrame) -> PlanNode:
-    """The analyzed plan of `result`, as Spark prints it for explain("extended") on either kind of session."""
-    return parse_tree(analyzed_text(result))
+    """The analyzed plan of `result`, as Spark prints it for explain("extended") on either kind of session:
+    printed once per DataFrame (a start reads it several times; a DataFrame's plan does not change, and
+    printing it plans the whole query again, 20-150 ms)."""
+    if result not in _READ:
+        _READ[result] = parse_tree(analyzed_text(result))
+    return _READ[result]
+
+
+_READ: weakref.WeakKeyDictionary[DataFrame, PlanNode] = weakref.WeakKeyDictionary()
 
 
 def analyzed_text(result: DataFrame) -> str:

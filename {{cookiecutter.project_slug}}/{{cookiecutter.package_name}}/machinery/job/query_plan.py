@@ -58,7 +58,7 @@ def read_plan(result: DataFrame) -> list[PlanOperator]:
                 join_range=_join_range(node),
                 join_type=_join_type(node),
                 upstream=below,
-                window_only=node.kind == "Aggregate" and all(_is_window(node, key) for key in _grouping(node)),
+                window_only=node.kind == "Aggregate" and all(_window_keys(node)),
                 slide=shape.slide,
                 gap=shape.gap,
                 timeout=_timeout(node),
@@ -86,7 +86,7 @@ def _kind(node: PlanNode, shape: _WindowShape) -> str:
     if node.kind == "Aggregate":
         if shape.session:  # a gap computed per row has no length to size by: unsized, still guarded
             return "session_window" if shape.gap else "session window of a computed gap"
-        windowed = shape.window is not None or any(_is_window(node, key) for key in _grouping(node))
+        windowed = shape.window is not None or any(_window_keys(node))
         return "windowed_aggregation" if windowed else "aggregation"
     return BY_PLAN_NODE.get(node.kind, node.kind)
 
@@ -260,10 +260,10 @@ def _window_columns(node: PlanNode) -> set[int]:
     return found
 
 
-def _is_window(node: PlanNode, expression: str) -> bool:
-    """A grouping column that is a time window."""
-    key = column(expression)
-    return key is not None and key[1] in _window_columns(node)
+def _window_keys(node: PlanNode) -> list[bool]:
+    """Whether each grouping column of an aggregation is a time window."""
+    windows = _window_columns(node)
+    return [(key := column(expression)) is not None and key[1] in windows for expression in _grouping(node)]
 
 
 def _window_struct(expression: str) -> list[str] | None:
@@ -282,7 +282,7 @@ def _window_shape(node: PlanNode) -> _WindowShape:
     if node.kind != "Aggregate":
         return _WindowShape()
     for below in list(node.walk())[1:]:
-        if below is not node and _is_stateful(below):
+        if _is_stateful(below):
             break
         projections = items(below.arguments[0]) if below.kind == "Project" else []
         if below.kind == "Expand":

@@ -52,7 +52,7 @@ class PlanNode:
 
 def analyzed_plan(result: DataFrame) -> PlanNode:
     """The analyzed plan of `result`, as Spark prints it for explain("extended") on either kind of session:
-    printed once per DataFrame (a start reads it several times; a DataFrame's plan does not change, and
+    printed once per DataFrame (a start reads it two or three times; a DataFrame's plan does not change, and
     printing it plans the whole query again, 20-150 ms)."""
     if result not in _READ:
         _READ[result] = parse_tree(analyzed_text(result))

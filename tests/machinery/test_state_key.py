@@ -18,13 +18,15 @@ from .conftest import BAKED_OPERATOR, digest, edited_query, files_job, run_main,
 
 pytestmark = pytest.mark.streaming
 
-WINDOW = "window struct<start:timestamp,end:timestamp>"
+# Each operator's key columns by name, as the printed plan has them (Spark checks their types).
 STATE_KEYS = {
-    "windowed_aggregation": f"aggregation by {WINDOW}, key string",
-    "deduplication": "deduplication by event_id string",
-    "stream_stream_join": "join on key string = join_key string",
-    "custom_state": "TransformWithStateInPySpark by key string",
+    "windowed_aggregation": "aggregation by window, key",
+    "deduplication": "deduplication by event_id",
+    "stream_stream_join": "join on key = join_key",
+    "custom_state": "TransformWithStateInPySpark by key",
 }
+# The windowed count's key as records written before the names alone held it: with the columns' types.
+TYPED_KEY = "aggregation by window struct<start:timestamp,end:timestamp>, key string"
 # The window each operator's state holds, recorded beside its key (files_job's window is 1 minute).
 STATE_WINDOWS = {"windowed_aggregation": "1 minute"}
 
@@ -52,7 +54,7 @@ def finished_checkpoint(spark, folder: Path, operator: str) -> Path:
     settings = load_settings(path)
     apply_confs(spark, settings)
     assert run_query(spark, settings).exception() is None
-    record = {"version": 1, "state_keys": [STATE_KEYS[operator]], "windows": [STATE_WINDOWS.get(operator)]}
+    record = {"version": 1, "state_keys": [STATE_KEYS[operator]], "windows": [STATE_WINDOWS.get(operator)], "key_form": "names"}
     assert records(folder / "checkpoint") == [record]
     return path
 
@@ -69,9 +71,9 @@ def test_a_grouping_key_changed_in_the_code_is_refused_and_nothing_is_touched(sp
         run = run_main("--settings", str(settings_path))
     assert run.returncode == 4, run.stderr
     assert run.stderr.splitlines()[-1] == (
-        f"checkpoint error: the state key changed: the state in this checkpoint was written keyed by aggregation by"
-        f" {WINDOW}, key string, and this query keys it by aggregation by {WINDOW}, event_id string (recorded in"
-        f" {tmp_path / 'checkpoint' / 'state_key'}). Spark would read the old state under the new key without"
+        "checkpoint error: the state key changed: the state in this checkpoint was written keyed by aggregation by"
+        " window, key, and this query keys it by aggregation by window, event_id (recorded in"
+        f" {tmp_path / 'checkpoint' / 'state_key.json'}). Spark would read the old state under the new key without"
         " an error and give wrong results. Either change the query back, or set query.checkpoint_location to a new"
         " directory and sink.path to an empty one, and reprocess the input from the start."
     )
@@ -85,7 +87,7 @@ def test_a_changed_deduplication_key_is_refused(spark, tmp_path):
     settings = load_settings(finished_checkpoint(spark, tmp_path, "deduplication"))
     events = spark.readStream.schema("event_id string, key string, event_time timestamp").json(str(tmp_path))
     by_id_and_key = events.withWatermark("event_time", "1 minute").dropDuplicatesWithinWatermark(["event_id", "key"])
-    with pytest.raises(StateKeyChanged, match="this query keys it by deduplication by event_id string, key string "):
+    with pytest.raises(StateKeyChanged, match="this query keys it by deduplication by event_id, key "):
         check_state_key(spark, by_id_and_key, settings.query.checkpoint_location)
     # The query as it was passes, and leaves the record as it was.
     before = digest(tmp_path / "checkpoint")
@@ -102,7 +104,7 @@ def test_a_missing_record_is_made_again_and_said_and_a_damaged_one_is_named(spar
     note = check_state_key(spark, result, location)
     assert note == f"{folder} was missing (a checkpoint older than this check): recorded {STATE_KEYS[BAKED_OPERATOR]}"
     assert records(checkpoint) == [
-        {"version": 1, "state_keys": [STATE_KEYS[BAKED_OPERATOR]], "windows": [STATE_WINDOWS.get(BAKED_OPERATOR)]}
+        {"version": 1, "state_keys": [STATE_KEYS[BAKED_OPERATOR]], "windows": [STATE_WINDOWS.get(BAKED_OPERATOR)], "key_form": "names"}
     ]
 
     (part,) = folder.glob("part-*")
@@ -125,15 +127,15 @@ def test_the_record_reads_and_writes_through_the_session_and_an_older_templates_
     (checkpoint / "state_key.json").write_text(json.dumps(older))
     record = KeyRecord(spark, str(checkpoint), through_session)
     assert (record.read(), record.location, record.has_commits()) == (
-        (older["state_keys"], older["windows"]),
+        (["aggregation by key"], older["windows"]),  # its key by names, as the plan's are read
         f"{checkpoint}/state_key.json",
         True,
     )
-    record.write(["deduplication by event_id string"], [None])
+    record.write(["deduplication by event_id"], [None])
     again = KeyRecord(spark, str(checkpoint), SessionFiles(spark, checkpoint, str(checkpoint)))
-    assert (again.read(), again.location) == ((["deduplication by event_id string"], [None]), f"{checkpoint}/state_key")
+    assert (again.read(), again.location) == ((["deduplication by event_id"], [None]), f"{checkpoint}/state_key")
     assert records(checkpoint) == [
-        {"version": 1, "state_keys": ["deduplication by event_id string"], "windows": [None]}
+        {"version": 1, "state_keys": ["deduplication by event_id"], "windows": [None], "key_form": "names"}
     ]
 
 
@@ -145,7 +147,21 @@ def test_a_query_without_commits_records_its_own_key(spark, tmp_path):
     events = spark.readStream.schema("event_id string, key string, event_time timestamp").json(str(tmp_path))
     deduplicated = events.withWatermark("event_time", "1 minute").dropDuplicatesWithinWatermark(["event_id"])
     assert check_state_key(spark, deduplicated, str(checkpoint)) is None
-    assert records(checkpoint) == [{"version": 1, "state_keys": [STATE_KEYS["deduplication"]], "windows": [None]}]
+    assert records(checkpoint) == [{"version": 1, "state_keys": [STATE_KEYS["deduplication"]], "windows": [None], "key_form": "names"}]
+
+
+def test_a_key_of_more_columns_than_spark_prints_is_read_whole(spark, tmp_path):
+    """Spark shortens a printed list past spark.sql.debug.maxToStringFields (25 columns): the plan is
+    printed with it raised, and the session's value put back."""
+    names = [f"c{number}" for number in range(30)]
+    schema = ", ".join(f"{name} string" for name in names) + ", event_time timestamp"
+    events = spark.readStream.schema(schema).json(str(tmp_path))
+    deduplicated = events.withWatermark("event_time", "1 minute").dropDuplicates(names)
+    before = spark.conf.get("spark.sql.debug.maxToStringFields")
+    (line,) = state_keys(deduplicated)
+    lead, _, keys = line.partition(" by ")
+    assert (lead, sorted(keys.split(", "))) == ("deduplication", sorted(names))  # in Spark's order: a set's
+    assert spark.conf.get("spark.sql.debug.maxToStringFields") == before
 
 
 @pytest.mark.skipif(BAKED_OPERATOR != "windowed_aggregation", reason="the windowed count's query.window")
@@ -172,11 +188,10 @@ def test_a_changed_window_is_refused_and_setting_it_back_loses_nothing(spark, tm
     )
     assert (digest(tmp_path / "checkpoint"), digest(tmp_path / "output")) == before
 
-    # An older template's record, from before windows were kept: the next start adds them, then refuses a change.
+    # An older template's record, from before windows were kept, its key with the columns' types: the next
+    # start reads the key by its names, adds the windows, then refuses a change.
     shutil.rmtree(record)
-    (tmp_path / "checkpoint" / "state_key.json").write_text(
-        json.dumps({"state_keys": [STATE_KEYS["windowed_aggregation"]]})
-    )
+    (tmp_path / "checkpoint" / "state_key.json").write_text(json.dumps({"state_keys": [TYPED_KEY]}))
     assert (
         check_state_key(spark, build_result(spark, load_settings(settings_path)), str(tmp_path / "checkpoint")) is None
     )

@@ -69,7 +69,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         if not guard_passes(report):
             return EXIT_CHECKPOINT_DRIFT
         spark = spark or stack.enter_context(tool_session("check-plan", {}, settings))
-        operators, evolutions = _plan_fit(spark, settings, report.held)  # the query is built without a checkpoint
+        operators, evolutions, unchecked = _plan_fit(spark, settings, report.held)  # built without a checkpoint too
+    if unchecked:
+        print(unchecked)
     if report.last_batch is None:
         print(f"query: {operators}, fits the settings; nothing to compare with yet")
         return 0
@@ -82,18 +84,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_fit(spark: SparkSession, settings: Settings, held: CheckpointRead | None) -> tuple[str, list[str]]:
+def _plan_fit(spark: SparkSession, settings: Settings, held: CheckpointRead | None) -> tuple[str, list[str], str | None]:
     """The query's stateful operators, their keys and custom_state's state schemas against the
     checkpoint's, read from the query's plan (nothing runs): raises the refusal a start would give
-    (state_fit.py), else returns the operators and the state schema changes Spark accepts."""
+    (state_fit.py), else returns the operators, the state schema changes Spark accepts and what of
+    Spark's checks only the start can make (on Spark Connect)."""
     from ..core.plan_operators import chain, flow_order
-    from ..job.query_plan import read_plan, stand_in_result
+    from ..job.query_plan import CONNECT_UNCHECKED, read_plan, stand_in_result
+    from ..job.remote import is_connect
     from ..job.state_fit import check_fit
 
     result = stand_in_result(spark, settings)
     plan = read_plan(result)
     _, evolutions = check_fit(result, plan, settings, held, record_key=False)
-    return chain([operator.kind for operator in flow_order(plan)]), evolutions
+    unchecked = CONNECT_UNCHECKED if is_connect(spark) else None
+    return chain([operator.kind for operator in flow_order(plan)]), evolutions, unchecked
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -67,9 +67,13 @@ def _struct(schema: Any) -> StructType:
 def declared_state(result: DataFrame) -> list[list[StateVariable] | None]:
     """The state variables each transformWithStateInPandas processor of the query declares in its
     `init`, in the order a pre-order walk of the plan meets them (read_plan's order); None for one
-    whose `init` cannot run here."""
+    whose `init` cannot run here; none on Spark Connect."""
     from pyspark.serializers import CloudPickleSerializer
 
+    from .remote import is_connect
+
+    if is_connect(result.sparkSession):  # the pickled processor is only in the client's private plan: none read
+        return []
     found = []
     for node in _pre_order(result._jdf.queryExecution().analyzed()):
         if node.nodeName() == PLAN_NODE:

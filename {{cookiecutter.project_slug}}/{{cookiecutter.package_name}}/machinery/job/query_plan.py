@@ -11,55 +11,22 @@ events flow.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.contract import project_code, user_query
 from ..core.operators import BY_PLAN_NODE
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator
+from .plan_source import PlanNode, analyzed_plan, calls, column, enclosed, items, named, split_top, unwrapped
 from .processor_state import PLAN_NODE, declared_variables
+from .remote import is_connect
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import DataFrame, SparkSession
 
     from ..core.settings import Settings
-
-_WATERMARK_LINE = re.compile(r"EventTimeWatermark [^,]+, [^,]+, (.+)$")
-
-
-@dataclass
-class _Node:
-    kind: str
-    fields: dict[str, Any]
-    children: list[_Node] = field(default_factory=list)
-
-    def walk(self) -> Iterator[_Node]:
-        yield self
-        for child in self.children:
-            yield from child.walk()
-
-    @property
-    def streaming(self) -> bool:
-        """Whether a stream feeds this subtree (a stream-static join's static side is not stateful)."""
-        return any(not node.children and "Streaming" in node.kind for node in self.walk())
-
-
-def _tree(nodes: list[dict[str, Any]]) -> _Node:
-    """Spark's JSON form of a tree: a pre-order list, each node with its number of children."""
-    position = 0
-
-    def take() -> _Node:
-        nonlocal position
-        raw = nodes[position]
-        position += 1
-        node = _Node(raw["class"].rsplit(".", 1)[-1], raw)
-        node.children = [take() for _ in range(raw.get("num-children", 0))]
-        return node
-
-    return take()
 
 
 class QueryRefused(Exception):
@@ -69,14 +36,11 @@ class QueryRefused(Exception):
 def read_plan(result: DataFrame) -> list[PlanOperator]:
     """The stateful operators of a streaming DataFrame, by Spark's operator id; QueryRefused for a plan
     Spark runs only to fail at its first batch."""
-    analyzed = result._jdf.queryExecution().analyzed()
-    root = _tree(json.loads(analyzed.toJSON()))
+    root = analyzed_plan(result)
     _refuse_a_second_watermark(root)
-    delays = iter(_watermark_delays(analyzed.toString()))
-    watermarks = {id(node): next(delays, None) for node in root.walk() if node.kind == "EventTimeWatermark"}
+    watermarks = {id(node): node.arguments[-1] for node in root.walk() if node.kind == "EventTimeWatermark"}
     stateful = [node for node in root.walk() if _is_stateful(node)]
     ids = {id(node): number for number, node in enumerate(stateful)}
-    lines = _node_lines(analyzed.toString(), root)
     declared = iter(declared_variables(result) if any(node.kind == PLAN_NODE for node in stateful) else ())
     operators = []
     for number, node in enumerate(stateful):
@@ -94,13 +58,13 @@ def read_plan(result: DataFrame) -> list[PlanOperator]:
                 join_range=_join_range(node),
                 join_type=_join_type(node),
                 upstream=below,
-                window_only=node.kind == "Aggregate" and all(map(_is_window, node.fields["groupingExpressions"])),
+                window_only=node.kind == "Aggregate" and all(_window_keys(node)),
                 slide=shape.slide,
                 gap=shape.gap,
                 timeout=_timeout(node),
-                evicts=_evicts(node, shape, lines.get(id(node), "")),
+                evicts=_evicts(node, shape),
                 spark_operator_name=_spark_name(node, shape),
-                state_variables=next(declared) if node.kind == PLAN_NODE else None,
+                state_variables=next(declared, None) if node.kind == PLAN_NODE else None,
             )
         )
     return operators
@@ -117,41 +81,37 @@ class _WindowShape:
     session: bool = False
 
 
-def _kind(node: _Node, shape: _WindowShape) -> str:
+def _kind(node: PlanNode, shape: _WindowShape) -> str:
     """Our name for the operator (core/operators.py): an aggregation is told apart by its window."""
     if node.kind == "Aggregate":
         if shape.session:  # a gap computed per row has no length to size by: unsized, still guarded
             return "session_window" if shape.gap else "session window of a computed gap"
-        windowed = shape.window is not None or any(map(_is_window, node.fields["groupingExpressions"]))
+        windowed = shape.window is not None or any(_window_keys(node))
         return "windowed_aggregation" if windowed else "aggregation"
     return BY_PLAN_NODE.get(node.kind, node.kind)
 
 
-# transformWithState's user function kinds (PythonEvalType): 213 and 214 are the Row API, which Spark
-# names transformWithStateInPySparkExec in the state metadata; 211 and 212 the pandas one.
-_ROW_API_EVAL_TYPES = (213, 214)
-
-
-def _spark_name(node: _Node, shape: _WindowShape) -> str | None:
+def _spark_name(node: PlanNode, shape: _WindowShape) -> str | None:
+    """transformWithState's two APIs have an operator name each in the state metadata; Spark prints
+    which one built the node (`pandas` for transformWithStateInPandas, `python` for the Row API)."""
     if shape.session:
         return "sessionWindowStateStoreSaveExec"
     if node.kind != "TransformWithStateInPySpark":
         return None
-    function = node.fields.get("functionExpr") or [{}]
-    row_api = function[0].get("evalType") in _ROW_API_EVAL_TYPES
-    return "transformWithStateInPySparkExec" if row_api else "transformWithStateInPandasExec"
+    pandas = "pandas" in node.arguments
+    return "transformWithStateInPandasExec" if pandas else "transformWithStateInPySparkExec"
 
 
-def _join_type(node: _Node) -> str | None:
+def _join_type(node: PlanNode) -> str | None:
     """A stream-stream join's type as Spark names it (Inner, LeftOuter, FullOuter, LeftSemi, ...)."""
     if node.kind != "Join":
         return None
-    return str(node.fields.get("joinType", {}).get("object", "")).rsplit(".", 1)[-1].rstrip("$") or None
+    return node.arguments[0] if node.arguments else None
 
 
 # The clock an operator's timers run on: applyInPandasWithState's GroupStateTimeout, transformWithState's
-# time mode (its `timeMode`), by their names in the plan.
-_TIMER_FIELDS = {"FlatMapGroupsInPandasWithState": "timeout", "TransformWithStateInPySpark": "timeMode"}
+# time mode, by the names Spark prints among their arguments.
+_TIMED = ("FlatMapGroupsInPandasWithState", "TransformWithStateInPySpark")
 _TIMERS = {
     "ProcessingTimeTimeout": "processing_time",
     "EventTimeTimeout": "event_time",
@@ -160,37 +120,25 @@ _TIMERS = {
 }
 
 
-def _timeout(node: _Node) -> str | None:
+def _timeout(node: PlanNode) -> str | None:
     """applyInPandasWithState's timeout or transformWithState's timers: none, processing_time or event_time."""
-    if node.kind not in _TIMER_FIELDS:
+    if node.kind not in _TIMED:
         return None
-    name = str(node.fields.get(_TIMER_FIELDS[node.kind], {}).get("object", "")).rsplit(".", 1)[-1].rstrip("$")
-    return _TIMERS.get(name, "none")
+    return next((_TIMERS[argument] for argument in node.arguments if argument in _TIMERS), "none")
 
 
-def _evicts(node: _Node, shape: _WindowShape, line: str) -> bool:
+def _evicts(node: PlanNode, shape: _WindowShape) -> bool:
     """Whether Spark drops rows of this state by the watermark: a deduplication or an aggregation
     without a window only when one of its keys carries it (Spark prints such a column `name#N-T<ms>ms`)."""
     if node.kind == "Deduplicate" or (node.kind == "Aggregate" and shape.window is None and not shape.session):
-        keys = line.split("[", 1)[1].split("]", 1)[0] if "[" in line else ""
-        return bool(_WATERMARKED_COLUMN.search(keys))
+        return any(_WATERMARKED_COLUMN.search(key) for key in items(node.arguments[0]))
     return True
 
 
 _WATERMARKED_COLUMN = re.compile(r"#\d+-T\d+ms")
 
 
-def _node_lines(tree_string: str, root: _Node) -> dict[int, str]:
-    """Each node's own line of Spark's printed plan (the JSON drops the columns' watermark marks):
-    both list the nodes in pre-order, one line each."""
-    lines = [line for line in tree_string.splitlines() if line.strip()]
-    nodes = list(root.walk())
-    if len(lines) != len(nodes):
-        return {}
-    return {id(node): line for node, line in zip(nodes, lines, strict=True)}
-
-
-def _refuse_a_second_watermark(root: _Node) -> None:
+def _refuse_a_second_watermark(root: PlanNode) -> None:
     """Spark fails a query of several stateful operators at its first batch when a watermark is set
     after one of them ("Redefining watermark is disallowed"): said before it starts instead."""
     for node in root.walk():
@@ -208,14 +156,22 @@ def _refuse_a_second_watermark(root: _Node) -> None:
 
 # Spark's switch for its checks of a streaming query against the output mode (on by default).
 UNSUPPORTED_OPERATION_CHECK = "spark.sql.streaming.unsupportedOperationCheck"
+# Said by `check` on Spark Connect, which offers no call to Spark's checks short of starting the query.
+CONNECT_UNCHECKED = (
+    "sink.output_mode: not checked against the query before the start on Spark Connect, which offers no call"
+    " to Spark's checks short of a start (the start makes them, and refuses a query they refuse)"
+)
 
 
 def refuse_what_spark_refuses(result: DataFrame, settings: Settings) -> None:
     """Spark's own checks of the query against sink.output_mode (UnsupportedOperationChecker), which a
     start makes before anything runs: made first by the start and by `check` alike, so that both refuse
     a query Spark refuses, in Spark's words (an AnalysisException), and `check` passes no query the start
-    would refuse. Skipped where the settings turn Spark's checks off, as the start skips them."""
+    would refuse. Skipped where the settings turn Spark's checks off, as the start skips them, and on
+    Spark Connect, which runs them only in the start (CONNECT_UNCHECKED)."""
     if str(settings.spark.conf.get(UNSUPPORTED_OPERATION_CHECK, "true")).lower() == "false":
+        return
+    if is_connect(result.sparkSession):
         return
     jvm: Any = result.sparkSession._jvm  # set while the session runs
     mode = getattr(jvm.org.apache.spark.sql.streaming.OutputMode, settings.sink.output_mode.capitalize())()
@@ -223,21 +179,16 @@ def refuse_what_spark_refuses(result: DataFrame, settings: Settings) -> None:
     checker.checkForStreaming(result._jdf.queryExecution().analyzed(), mode)
 
 
-def _watermarked(node: _Node) -> bool:
+def _watermarked(node: PlanNode) -> bool:
     return any(n.kind == "EventTimeWatermark" for n in node.walk())
 
 
-def _is_stateful(node: _Node) -> bool:
+def _is_stateful(node: PlanNode) -> bool:
     if node.kind == "Join":
         return len(node.children) == 2 and all(child.streaming for child in node.children)
     if node.kind in ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "GlobalLimit"):
         return node.streaming
-    return node.kind in BY_PLAN_NODE or node.kind in OTHER_STATEFUL or "groupingAttributesLen" in node.fields
-
-
-def _watermark_delays(tree_string: str) -> list[str]:
-    """Each EventTimeWatermark's delay as Spark prints it ("10 minutes"), in pre-order (the JSON drops it)."""
-    return [match.group(1).strip() for line in tree_string.splitlines() if (match := _WATERMARK_LINE.search(line))]
+    return node.kind in BY_PLAN_NODE or node.kind in OTHER_STATEFUL
 
 
 def _seconds(duration: str) -> float:
@@ -246,102 +197,128 @@ def _seconds(duration: str) -> float:
     return parse_duration(duration, zero=True)  # a watermark delay, or a join's range: either may be zero
 
 
-def _keys(node: _Node) -> str:
-    """The key columns: grouping expressions, deduplication keys, the join's column equalities, or the
-    leading columns of the child of a transformWithState and its kin."""
-    fields = node.fields
-    if node.kind == "Aggregate":
-        return _columns(fields["groupingExpressions"])
-    if node.kind in ("Deduplicate", "DeduplicateWithinWatermark"):
-        return _columns(fields["keys"])
+def _grouping(node: PlanNode) -> list[str]:
+    return items(node.arguments[0]) if node.arguments else []
+
+
+def _keys(node: PlanNode) -> str:
+    """The key columns, by name: grouping expressions, deduplication keys, the join's column equalities,
+    or the leading columns of the child of a transformWithState. (The printed plan holds no types: a key
+    of another type than the state's is Spark's own state schema check to refuse.)"""
+    arguments = node.arguments
+    if node.kind in ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark"):
+        return _columns(items(arguments[0]))
     if node.kind == "FlatMapGroupsInPandasWithState":
-        return _columns(fields["groupingAttributes"])
+        return _columns(items(arguments[1]))
     if node.kind == "GlobalLimit":
         return "the rows emitted"
     if node.kind == "Join":
-        return _equalities(fields.get("condition") or [])
-    if "groupingAttributesLen" in fields and node.children:
-        child = node.children[0].fields
-        columns = child.get("projectList") or child.get("output") or []
-        return _columns(columns[: fields["groupingAttributesLen"]])
+        return _equalities(" ".join(arguments[1:]))
+    if node.kind.startswith("TransformWithState") and node.children and node.children[0].kind == "Project":
+        return _columns(items(node.children[0].arguments[0])[: int(arguments[1])])
     return "its own key"
 
 
-def _columns(expressions: list[list[dict[str, Any]]]) -> str:
-    """Each expression is a flat pre-order list whose first node is the top; an attribute or alias names it."""
-    return ", ".join(_describe(expression[0]) for expression in expressions)
+def _columns(expressions: list[str]) -> str:
+    return ", ".join(_name(expression) for expression in expressions)
 
 
-def _describe(top: dict[str, Any]) -> str:
-    from pyspark.sql.types import _parse_datatype_json_value
-
-    name = top.get("name", top["class"].rsplit(".", 1)[-1])
-    if "dataType" not in top:
-        return name
-    return f"{name} {_parse_datatype_json_value(top['dataType']).simpleString()}"
+def _name(expression: str) -> str:
+    """A column's or an alias's name; an expression's own text, without the ids Spark numbers columns by."""
+    body, name = named(expression)
+    return name or re.sub(r"#\d+L?(-T\d+ms)?", "", body)
 
 
-def _equalities(condition: list[dict[str, Any]]) -> str:
+def _equalities(condition: str) -> str:
     """The column = column parts of a join condition (the join's state key), in order."""
     found = []
-    for index, node in enumerate(condition):
-        if node["class"].endswith(".EqualTo"):
-            left, right = condition[index + 1], condition[index + 2]
-            if "name" in left and "name" in right:
-                found.append(f"{_describe(left)} = {_describe(right)}")
+    for opening in (index for index, char in enumerate(condition) if char == "("):
+        sides = split_top(enclosed(condition, opening), " = ")
+        if len(sides) == 2 and all(column(side) for side in sides):
+            found.append(" = ".join(_name(side) for side in sides))
     return ", ".join(found) or "no column equality"
 
 
-def _is_window(expression: list[dict[str, Any]]) -> bool:
-    """A grouping column that is a time window: a struct of start and end."""
-    kind = expression[0].get("dataType")
-    return isinstance(kind, dict) and [field["name"] for field in kind.get("fields", [])] == ["start", "end"]
+def _window_columns(node: PlanNode) -> set[int]:
+    """The ids of the columns at or below `node` that hold a time window: the struct of start and end
+    Spark builds for it, named by an alias, taking its place in an Expand's output, or renamed after."""
+    found: set[int] = set()
+    for below in reversed(list(node.walk())):  # a column's making before its renaming
+        if below.kind == "Expand":
+            projection, output = items(items(below.arguments[0])[0]), items(below.arguments[1])
+            found |= {
+                made[1]
+                for value, name in zip(projection, output, strict=False)
+                if _window_struct(value) and (made := column(name))
+            }
+            continue
+        for expression in (item for argument in below.arguments for item in items(argument)):
+            *body, alias = split_top(expression, " AS ")
+            made, source = column(alias), column(" AS ".join(body)) if body else None
+            if made and body and (_window_struct(body[0]) or source and source[1] in found):
+                found.add(made[1])
+    return found
 
 
-def _expressions(node: _Node, name: str) -> list[_Node]:
-    return [_tree(expression) for expression in node.fields.get(name) or [] if expression]
+def _window_keys(node: PlanNode) -> list[bool]:
+    """Whether each grouping column of an aggregation is a time window."""
+    windows = _window_columns(node)
+    return [(key := column(expression)) is not None and key[1] in windows for expression in _grouping(node)]
 
 
-def _window_shape(node: _Node) -> _WindowShape:
+def _window_struct(expression: str) -> list[str] | None:
+    """The arguments of the struct of start and end a time window is, if `expression` builds one."""
+    for arguments in calls(expression, "named_struct"):
+        if arguments[0:1] == ["start"] and arguments[2:3] == ["end"]:
+            return arguments
+    return None
+
+
+def _window_shape(node: PlanNode) -> _WindowShape:
     """The window an aggregation groups by, read from the struct Spark builds for it below the
     aggregation: a time window's end is start + length (a Project, or for a sliding window an Expand
     with one projection per window an event falls in, whose start is rounded down to the slide); a
-    session window's end is the event time + the gap (TimestampAddInterval)."""
+    session window's end is the event time + the gap (`time + gap`, printed without brackets)."""
     if node.kind != "Aggregate":
         return _WindowShape()
     for below in list(node.walk())[1:]:
-        if below is not node and _is_stateful(below):
+        if _is_stateful(below):
             break
-        projections = _expressions(below, "projectList")
+        projections = items(below.arguments[0]) if below.kind == "Project" else []
         if below.kind == "Expand":
-            projections = [
-                _tree(expression) for projection in below.fields["projections"][:1] for expression in projection
-            ]
+            projections = items(items(below.arguments[0])[0])
         for projection in projections:
-            for struct in (n for n in projection.walk() if n.kind == "CreateNamedStruct"):
-                names = [child.fields.get("value") for child in struct.children[0::2]]
-                if names[:2] == ["start", "end"]:
-                    return _struct_shape(struct.children[3], below)
+            struct = _window_struct(projection)
+            if struct is not None:
+                return _struct_shape(struct[3], below)
     return _WindowShape()
 
 
-def _struct_shape(end: _Node, projecting: _Node) -> _WindowShape:
-    session = next((n for n in end.walk() if n.kind == "TimestampAddInterval"), None)
-    if session is not None:
-        gap = session.children[1]
-        while gap.kind == "Cast":
-            gap = gap.children[0]
-        return _WindowShape(gap=_interval(gap.fields.get("value")) if gap.kind == "Literal" else None, session=True)
-    while end.kind != "Add" and len(end.children) == 1:
-        end = end.children[0]
-    if end.kind != "Add" or end.children[1].kind != "Literal":
+# Functions Spark wraps a window's end in; their first argument is the end.
+_WRAPPERS = re.compile(r"^(knownnullable|precisetimestampconversion|cast)\((.*)\)$", re.DOTALL)
+
+
+def _unwrap(expression: str) -> str:
+    while (match := _WRAPPERS.match(expression)) and enclosed(expression, match.start(2) - 1) == match.group(2):
+        inner = split_top(match.group(2), ", ")[0]
+        expression = split_top(inner, " as ")[0] if match.group(1) == "cast" else inner
+    return expression
+
+
+def _struct_shape(end: str, projecting: PlanNode) -> _WindowShape:
+    end = _unwrap(end)
+    session = split_top(end, " + ")
+    if len(session) == 2:  # TimestampAddInterval: the event time + the gap
+        gap = _unwrap(session[1])
+        literal = "#" not in gap and "(" not in gap and " " in gap or gap.lstrip("-").isdigit()
+        return _WindowShape(gap=_interval(gap) if literal else None, session=True)
+    added = split_top(unwrapped(end), " + ")
+    if len(added) != 2 or not added[1].isdigit():
         return _WindowShape()
-    window = _microseconds(end.children[1].fields["value"])
+    window = _microseconds(added[1])
     if projecting.kind != "Expand":
         return _WindowShape(window=window)
-    slides = [
-        n.children[1].fields["value"] for n in end.walk() if n.kind == "Remainder" and n.children[1].kind == "Literal"
-    ]
+    slides = re.findall(r" % (\d+)\)", end)
     slide = _microseconds(slides[0]) if slides else None
     return _WindowShape(window=window, slide=None if slide == window else slide)
 
@@ -358,22 +335,25 @@ def _interval(value: object) -> str | None:
     return text if gap > 0 else None  # else a gap the estimate cannot read: the operator is sized as unknown
 
 
-def _join_range(node: _Node) -> str | None:
+# A day-time interval literal as Spark prints it: INTERVAL '0 00:15:00' DAY TO SECOND, INTERVAL '90' MINUTE.
+_DAY_TIME = re.compile(r"INTERVAL '(-?)([\d :.]+)' (DAY|HOUR|MINUTE|SECOND)(?: TO (DAY|HOUR|MINUTE|SECOND))?")
+_UNITS = {"DAY": 86_400_000_000, "HOUR": 3_600_000_000, "MINUTE": 60_000_000, "SECOND": 1_000_000}
+
+
+def _join_range(node: PlanNode) -> str | None:
     """The longest time interval in a stream-stream join's condition: how long a row waits for matches."""
     if node.kind != "Join":
         return None
-    literals = [
-        n.fields["value"]
-        for condition in _expressions_of(node.fields.get("condition"))
-        for n in condition.walk()
-        if n.kind == "Literal" and "interval" in str(n.fields.get("dataType")) and n.fields.get("value") is not None
-    ]
-    spans = [_microseconds(value) for value in literals if str(value).lstrip("-").isdigit()]
-    return max(spans, key=_seconds) if spans else None
+    spans = [_day_time(match) for match in _DAY_TIME.finditer(node.text)]
+    return max((_microseconds(span) for span in spans), key=_seconds) if spans else None
 
 
-def _expressions_of(expression: list[dict[str, Any]] | None) -> list[_Node]:
-    return [_tree(expression)] if expression else []
+def _day_time(match: re.Match[str]) -> int:
+    units = list(_UNITS)
+    first, last = units.index(match.group(3)), units.index(match.group(4) or match.group(3))
+    parts = re.split(r"[ :]", match.group(2))
+    micros = sum(round(float(part) * _UNITS[unit]) for part, unit in zip(parts, units[first : last + 1], strict=False))
+    return -micros if match.group(1) else micros
 
 
 def _microseconds(value: object) -> str:
@@ -449,9 +429,10 @@ def _reads_join_events(spark: SparkSession, settings: Settings) -> bool:
 
 
 def _source_columns(frame: DataFrame) -> set[int]:
-    nodes = json.loads(frame._jdf.queryExecution().analyzed().toJSON())
-    leaves = [node for node in nodes if not node.get("num-children")]
-    return {part["exprId"]["id"] for leaf in leaves for column in leaf.get("output") or [] for part in column}
+    """The ids of the columns the plan's sources give (each listed among a leaf's arguments)."""
+    leaves = [node for node in analyzed_plan(frame).walk() if not node.children]
+    listed = [items(argument) for leaf in leaves for argument in leaf.arguments]
+    return {found[1] for columns in listed for item in columns if (found := column(item))}
 
 
 def planned_operators(spark: SparkSession, settings: Settings) -> list[PlanOperator]:

@@ -7,10 +7,9 @@ What is left needs the running session or the broker, and is checked here before
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Iterator, Sequence
-from typing import Any, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 import pyspark
 from pyspark.sql import DataFrame, SparkSession
@@ -20,6 +19,7 @@ from ..core.plan_operators import PlanOperator
 from ..core.settings import Settings, SettingsError
 from ..core.sizing.partitions import local_cores
 from .endpoints.kafka import source_partitions
+from .plan_source import analyzed_plan, python_udfs
 from .remote import is_connect
 
 # What the names of an analyzed plan's nodes that run the user's Python in a worker hold (pandas, Arrow).
@@ -39,25 +39,12 @@ def refuse_before_spark(settings: Settings, spark_version: str = pyspark.__versi
 
 def python_calls(result: DataFrame) -> list[str]:
     """What of the query runs Python: each Python UDF by name, each pandas or Arrow function by its node."""
-    nodes = json.loads(result._jdf.queryExecution().analyzed().toJSON())
     found = []
-    for node in nodes:
-        kind = node["class"].rsplit(".", 1)[-1]
-        if any(marker in kind for marker in PYTHON_PLAN_MARKERS):
-            found.append(kind)
-        found += [f"the UDF {name}" for name in _python_udfs(node)]
+    for node in analyzed_plan(result).walk():
+        if any(marker in node.kind for marker in PYTHON_PLAN_MARKERS):
+            found.append(node.kind)
+        found += [f"the UDF {name}" for name in python_udfs(node.text)]
     return list(dict.fromkeys(found))
-
-
-def _python_udfs(value: Any) -> Iterator[str]:
-    if isinstance(value, dict):
-        if str(value.get("class", "")).endswith(".PythonUDF"):
-            yield str(value.get("name", "?"))
-        for item in value.values():
-            yield from _python_udfs(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _python_udfs(item)
 
 
 def refuse_python(result: DataFrame, settings: Settings) -> None:

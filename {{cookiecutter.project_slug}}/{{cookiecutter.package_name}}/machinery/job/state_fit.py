@@ -23,6 +23,7 @@ left as it was.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ from ..core.operators import BY_SPARK_NAME
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
 from ..core.settings import Settings, SettingsError
 from .output_check import columns
+from .plan_source import split_top
 from .query_plan import fit_problems, read_plan, refuse_what_spark_refuses
 from .real_time_checks import refuse_python
 from .schema_evolution import StateSchemaRefused, state_schema_drift
@@ -88,7 +90,7 @@ def _difference(held: list[str], now: list[str]) -> str:
 
 def state_keys(result: DataFrame) -> list[str]:
     """One line per stateful operator of the query's plan, in Spark's operator order: its kind and its
-    key columns, such as `aggregation by window struct<start:timestamp,end:timestamp>, key string`."""
+    key columns by name, such as `aggregation by window, key`."""
     return [operator.key_line for operator in read_plan(result)]
 
 
@@ -110,6 +112,25 @@ class OutputColumnsChanged(Exception):
 
 class StateWindowChanged(Exception):
     """A windowed aggregation's window is not the one its state holds."""
+
+
+# Records before KEY_FORM named each key column with its type ("key string"): read as names.
+KEY_FORM = "names"
+_LEAD = re.compile(r"^(.*? (?:by|on|of)) (.*)$")
+_WORDED = ("its own key", "the rows emitted", "no column equality")
+
+
+def names_only(line: str) -> str:
+    """A recorded key line without the column types older records hold: `aggregation by window
+    struct<start:timestamp,end:timestamp>, key string` -> `aggregation by window, key`."""
+    match = _LEAD.match(line)
+    if not match or match.group(2) in _WORDED:
+        return line
+    columns = [
+        " = ".join(side.rsplit(" ", 1)[0] for side in split_top(item, " = "))
+        for item in split_top(match.group(2), ", ")
+    ]
+    return f"{match.group(1)} {', '.join(columns)}"
 
 
 class KeyRecord:
@@ -140,7 +161,7 @@ class KeyRecord:
 
     def write(self, keys: list[str], windows: list[str | None]) -> None:
         version = max(found[0] for found in self._versions) + 1 if self._versions else 1
-        line = json.dumps({"version": version, "state_keys": keys, "windows": windows})
+        line = json.dumps({"version": version, "state_keys": keys, "windows": windows, "key_form": KEY_FORM})
         self._spark.createDataFrame([(line,)], "value string").coalesce(1).write.mode("append").text(self.folder)
 
     def _read_versions(self) -> list[tuple[int, list[str], list[str | None] | None]]:
@@ -169,6 +190,8 @@ def _key_record(text: bytes, location: str) -> tuple[list[str], list[str | None]
     try:
         record = json.loads(text.decode("utf-8"))
         keys, windows = record["state_keys"], record.get("windows")
+        if record.get("key_form") != KEY_FORM and isinstance(keys, list):  # an older record, with types
+            keys = [names_only(key) for key in keys]
     except (ValueError, KeyError, TypeError, AttributeError):  # UnicodeDecodeError and JSONDecodeError: ValueErrors
         keys = windows = None
     texts = isinstance(keys, list) and all(isinstance(key, str) for key in keys)

@@ -54,7 +54,12 @@ def finished_checkpoint(spark, folder: Path, operator: str) -> Path:
     settings = load_settings(path)
     apply_confs(spark, settings)
     assert run_query(spark, settings).exception() is None
-    record = {"version": 1, "state_keys": [STATE_KEYS[operator]], "windows": [STATE_WINDOWS.get(operator)], "key_form": "names"}
+    record = {
+        "version": 1,
+        "state_keys": [STATE_KEYS[operator]],
+        "windows": [STATE_WINDOWS.get(operator)],
+        "key_form": "names",
+    }
     assert records(folder / "checkpoint") == [record]
     return path
 
@@ -104,7 +109,12 @@ def test_a_missing_record_is_made_again_and_said_and_a_damaged_one_is_named(spar
     note = check_state_key(spark, result, location)
     assert note == f"{folder} was missing (a checkpoint older than this check): recorded {STATE_KEYS[BAKED_OPERATOR]}"
     assert records(checkpoint) == [
-        {"version": 1, "state_keys": [STATE_KEYS[BAKED_OPERATOR]], "windows": [STATE_WINDOWS.get(BAKED_OPERATOR)], "key_form": "names"}
+        {
+            "version": 1,
+            "state_keys": [STATE_KEYS[BAKED_OPERATOR]],
+            "windows": [STATE_WINDOWS.get(BAKED_OPERATOR)],
+            "key_form": "names",
+        }
     ]
 
     (part,) = folder.glob("part-*")
@@ -147,7 +157,9 @@ def test_a_query_without_commits_records_its_own_key(spark, tmp_path):
     events = spark.readStream.schema("event_id string, key string, event_time timestamp").json(str(tmp_path))
     deduplicated = events.withWatermark("event_time", "1 minute").dropDuplicatesWithinWatermark(["event_id"])
     assert check_state_key(spark, deduplicated, str(checkpoint)) is None
-    assert records(checkpoint) == [{"version": 1, "state_keys": [STATE_KEYS["deduplication"]], "windows": [None], "key_form": "names"}]
+    assert records(checkpoint) == [
+        {"version": 1, "state_keys": [STATE_KEYS["deduplication"]], "windows": [None], "key_form": "names"}
+    ]
 
 
 def test_a_key_of_more_columns_than_spark_prints_is_read_whole(spark, tmp_path):

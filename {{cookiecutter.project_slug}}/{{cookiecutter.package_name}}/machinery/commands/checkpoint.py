@@ -84,7 +84,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_fit(spark: SparkSession, settings: Settings, held: CheckpointRead | None) -> tuple[str, list[str], str | None]:
+def _plan_fit(
+    spark: SparkSession, settings: Settings, held: CheckpointRead | None
+) -> tuple[str, list[str], str | None]:
     """The query's stateful operators, their keys and custom_state's state schemas against the
     checkpoint's, read from the query's plan (nothing runs): raises the refusal a start would give
     (state_fit.py), else returns the operators, the state schema changes Spark accepts and what of

@@ -72,7 +72,10 @@ def analyzed_text(result: DataFrame) -> str:
         with contextlib.redirect_stdout(printed):
             result.explain("extended")
     finally:
-        conf.set(_MAX_FIELDS, before)
+        if before is None:
+            conf.unset(_MAX_FIELDS)
+        else:
+            conf.set(_MAX_FIELDS, before)
     section = printed.getvalue().split(_SECTION + "\n", 1)[1].split("\n== ", 1)[0]
     return section.split("\n", 1)[1].strip("\n")
 

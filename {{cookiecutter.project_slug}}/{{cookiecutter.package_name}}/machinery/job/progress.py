@@ -253,8 +253,15 @@ class ProgressPrinter(StreamingQueryListener):
         self._rows_counted = rows_counted
         self._watchdog = watchdog
         self._lock = threading.Lock()
+        self._told = threading.Condition(self._lock)
         self._batches: dict[str, set[int]] = {}
         self._names: dict[str, str] = {}
+        self._running: set[str] = set()  # the runs told started and not yet ended
+
+    def wait_until_all_ended(self, seconds: float) -> bool:
+        """Wait until each run this listener was told of has been told ended too (at most `seconds`)."""
+        with self._told:
+            return self._told.wait_for(lambda: not self._running, seconds)
 
     def committed_batches(self, query_id: str) -> int:
         with self._lock:
@@ -265,6 +272,8 @@ class ProgressPrinter(StreamingQueryListener):
 
     def onQueryStarted(self, event) -> None:
         name = self._names[str(event.id)] = event.name or str(event.id)
+        with self._told:
+            self._running.add(str(event.runId))
         self._emit(
             f"query {name} started (id {event.id})",
             {"event": "started", "query": name, "query_id": str(event.id), "run_id": str(event.runId)},
@@ -325,3 +334,6 @@ class ProgressPrinter(StreamingQueryListener):
             f"query {name} stopped" + (f": {error}" if error else ""),
             {"event": "stopped", "query": name, "query_id": str(event.id), "error": error},
         )
+        with self._told:
+            self._running.discard(str(event.runId))
+            self._told.notify_all()

@@ -78,8 +78,9 @@ def connect_session(url: str, confs: Mapping[str, str]) -> SparkSession:
     # Python needs only the libraries (pyspark, deltalake, pandas), not this project. (Session artifacts
     # would not do: Spark 4.2's foreachBatch worker does not import them.)
     cloudpickle.register_pickle_by_value(importlib.import_module(PACKAGE))
-    # The client warns as it gives a server up; the job's own line (server_gone) says it.
+    # The client warns as it gives a server up, and as its listeners' thread loses it; the job's own line says it.
     warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
+    warnings.filterwarnings("ignore", message="StreamingQueryListenerBus Handler thread received exception")
     spark = SparkSession.builder.remote(url).getOrCreate()
     spark.client.set_retry_policies([DefaultPolicy(max_retries=RETRIES, max_backoff=MOST_BACKOFF_MS)])
     set_confs(spark, confs)

@@ -74,6 +74,7 @@ def startup_line(spark: SparkSession, settings: Settings) -> str:
     )
 
 
+LAST_EVENTS_SECONDS = 10.0
 UNTRACKED_ROWS = (
     "state rows: state_store.rocksdb.track_total_number_of_rows is false, so Spark counts none (its progress"
     " says 0) and the state watchdog's rows warning is off; `inspect` counts them from the checkpoint"
@@ -163,6 +164,10 @@ def run_query(
         raise
     finally:
         if not gone and not jvm_ran_out_of_memory(wait=0):
+            if is_connect(spark):
+                # pyspark 4.2's Connect client deadlocks when its last listener is removed while the thread
+                # that hands events on waits to pass one (a query's end, told a moment after it): let it pass.
+                printer.wait_until_all_ended(LAST_EVENTS_SECONDS)
             spark.streams.removeListener(printer)
 
 

@@ -9,6 +9,7 @@ oracle from the landing files. CI runs these proofs in a default bake of their o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -23,6 +24,7 @@ import yaml
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.operators import STARTERS
 from stream_job.machinery.job.endpoints.output import read_output
+from stream_job.machinery.job.query_plan import CONNECT_UNCHECKED
 
 from .conftest import (
     BAKED_OPERATOR,
@@ -35,6 +37,7 @@ from .conftest import (
     expected_row_count,
     files_job,
     free_port,
+    run_cli,
     run_python,
 )
 from .test_exactly_once import logged_batches
@@ -187,9 +190,37 @@ def test_a_job_through_connect_survives_its_client_and_its_server_killed(
     assert "shuffle_partitions" in refused.stderr and refused.stderr.count("\n") <= 3, refused.stderr
     assert digest(checkpoint) == before
 
-    # inspect, through the server's state sources.
+    # inspect through the server's state sources reads what it reads on Spark Classic (this process's session).
     inspected = client("-m", "stream_job", "inspect", "--settings", str(path), "--json")
     assert inspected.returncode == 0, inspected.stderr[-3000:]
+    on_classic = write_settings(deep_merge(available_now, {"spark": {"remote": None}}), name="classic.yaml")
+    classic = run_cli("inspect", "--settings", str(on_classic), "--json")
+    assert classic.returncode == 0, classic.stderr[-3000:]
+    assert state_facts(inspected.stdout) == state_facts(classic.stdout)
+    assert state_facts(classic.stdout)[:2] == (FILES, 8)  # the last batch; its 4 keys' two open windows
+
+    # check, through the server: consistent; Spark's output-mode check is the start's there.
+    checked = client("-m", "stream_job", "check", "--settings", str(path))
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    lines = checked.stdout.splitlines()
+    assert CONNECT_UNCHECKED in lines, checked.stdout
+    assert lines[-1] == (
+        f"checkpoint {checkpoint}: consistent with the settings and the query's windowed_aggregation (last batch {FILES})"
+    )
+    # repartition: Spark Classic's alone, one line, nothing changed.
+    moved = client("-m", "stream_job", "repartition", "--settings", str(path))
+    assert (moved.returncode, moved.stderr.count("\n")) == (4, 1), moved.stderr
+    assert moved.stderr.startswith(f"repartition refused: {checkpoint}: Spark repartitions state in Spark Classic only")
+    assert digest(checkpoint) == before
+
+
+def state_facts(inspect_json: str) -> tuple:
+    """What inspect says of the state: the batch, its rows, and each operator's rows per partition."""
+    found = json.loads(inspect_json)
+    operators = [
+        (each["operator"], [store["rows_per_partition"] for store in each["stores"]]) for each in found["operators"]
+    ]
+    return found["batch_id"], found["state_rows"], operators
 
 
 def test_no_server_at_spark_remote_is_one_line(write_settings, tmp_path):

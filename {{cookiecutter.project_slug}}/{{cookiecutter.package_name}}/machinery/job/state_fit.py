@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from ..core import real_time
 from ..core.checkpoint.files import START_OVER, CheckpointRead, CheckpointUnreadable, Files, local_checkpoint
@@ -162,7 +163,10 @@ class KeyRecord:
     def write(self, keys: list[str], windows: list[str | None]) -> None:
         version = max(found[0] for found in self._versions) + 1 if self._versions else 1
         line = json.dumps({"version": version, "state_keys": keys, "windows": windows, "key_form": KEY_FORM})
-        self._spark.createDataFrame([(line,)], "value string").coalesce(1).write.mode("append").text(self.folder)
+        # From a literal, not createDataFrame's local rows: those go through a Python RDD on Spark Classic,
+        # whose accumulator connection prints a traceback when the JVM dies later (an OutOfMemoryError).
+        record = self._spark.range(1).select(F.lit(line).alias("value"))
+        record.coalesce(1).write.mode("append").text(self.folder)
 
     def _read_versions(self) -> list[tuple[int, list[str], list[str | None] | None]]:
         """(version, keys, windows) of each record Spark wrote in `state_key/`."""

@@ -78,7 +78,7 @@ def test_a_grouping_key_changed_in_the_code_is_refused_and_nothing_is_touched(sp
     assert run.stderr.splitlines()[-1] == (
         "checkpoint error: the state key changed: the state in this checkpoint was written keyed by aggregation by"
         " window, key, and this query keys it by aggregation by window, event_id (recorded in"
-        f" {tmp_path / 'checkpoint' / 'state_key.json'}). Spark would read the old state under the new key without"
+        f" {tmp_path / 'checkpoint' / 'state_key'}). Spark would read the old state under the new key without"
         " an error and give wrong results. Either change the query back, or set query.checkpoint_location to a new"
         " directory and sink.path to an empty one, and reprocess the input from the start."
     )

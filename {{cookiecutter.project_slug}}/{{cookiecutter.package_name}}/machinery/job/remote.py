@@ -21,9 +21,9 @@ if TYPE_CHECKING:  # Spark is imported only when a command needs it
 
 DEFAULT_PORT = 15002  # Spark Connect's own default (spark.connect.grpc.binding.port)
 PROBE_SECONDS = 5.0
-# A server that stops answering mid-run: the client retries for about 25 s (50 ms x4 each time, at most
+# A server that stops answering mid-run: the client retries for about 15 s (50 ms x4 each time, at most
 # 5 s apart), enough for a network blip, instead of pyspark's default of at least 10 minutes.
-RETRIES, MOST_BACKOFF_MS = 8, 5000
+RETRIES, MOST_BACKOFF_MS = 6, 5000
 
 
 class ServerUnreachable(Exception):

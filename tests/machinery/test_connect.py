@@ -39,6 +39,7 @@ from .conftest import (
     free_port,
     run_cli,
     run_python,
+    start_job,
 )
 from .test_exactly_once import logged_batches
 
@@ -114,18 +115,6 @@ def client(*args: str, cwd: Path = PROJECT_DIR) -> subprocess.CompletedProcess[s
     return run_python(*args, env=clean_env(), cwd=cwd)
 
 
-def start_client(settings_path: Path, log_path: Path) -> subprocess.Popen:
-    with open(log_path, "w") as log:
-        return subprocess.Popen(
-            [sys.executable, "main.py", "--settings", str(settings_path)],
-            cwd=PROJECT_DIR,
-            stdout=log,
-            stderr=log,
-            env=clean_env(),
-            start_new_session=True,
-        )
-
-
 def wait_for(condition, what: str, process: subprocess.Popen | None = None, seconds: float = 180) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -148,7 +137,8 @@ def test_a_job_through_connect_survives_its_client_and_its_server_killed(
     settings = make_settings(changes)
     checkpoint = Path(settings.query.checkpoint_location)
 
-    first = start_client(path, tmp_path / "first.log")
+    with open(tmp_path / "first.log", "w") as log:
+        first = start_job(path, log)
     wait_for(lambda: len(committed_batches(checkpoint)) >= 2, "two batches committed", first)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(timeout=30)
@@ -156,7 +146,8 @@ def test_a_job_through_connect_survives_its_client_and_its_server_killed(
     # The query runs on in the server without its client: batches go on being committed.
     wait_for(lambda: max(committed_batches(checkpoint)) > orphan_from, "the orphaned query commits a batch")
 
-    second = start_client(path, tmp_path / "second.log")
+    with open(tmp_path / "second.log", "w") as log:
+        second = start_job(path, log)
     wait_for(lambda: "batch " in (tmp_path / "second.log").read_text(), "the second client runs a batch", second)
     in_flight = lambda: logged_batches(checkpoint)[-1] not in committed_batches(checkpoint)  # noqa: E731
     wait_for(in_flight, "a batch is in flight", second, seconds=60)

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from deltalake import DeltaTable
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.job.endpoints.sinks import DeltaLakeBatchWriter, committed_version
+from stream_job.machinery.job.endpoints.delta import DeltaLakeBatchWriter, committed_version
 
 from .conftest import clean_env, run_python
 

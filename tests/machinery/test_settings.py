@@ -106,12 +106,9 @@ BAD_VALUES = [
     ),
     (
         {"sink": {"type": "parquet", "output_mode": "update"}},
-        "output_mode update is not supported by the parquet sink, which only appends rows",
+        "output_mode update is not supported by the parquet sink, which only appends rows; use output_mode append (or the delta sink",
     ),
-    (
-        {"sink": {"type": "delta", "output_mode": "update"}},
-        "output_mode update is not supported by the delta sink, which only appends rows",
-    ),
+    ({"sink": {"delta": {"key_columns": "key"}}}, "sink.delta.key_columns = 'key': Input should be a valid list"),
     ({"sink": {"delta": {"writer": "spark"}}}, "sink.delta.writer = 'spark': Input should be 'delta-spark' or"),
     ({"sink": {"delta": {"version": "latest"}}}, "sink.delta.version = 'latest': String should match pattern"),
     ({"source": {"type": "socket"}}, "source.type = 'socket': Input should be 'rate', 'files' or 'kafka'"),

@@ -25,8 +25,8 @@ from ..core.settings import SettingsError
 from ..core.text import first_line
 from ..job.connectors import ConnectorError
 from ..job.driver_jvm import JvmStartError
+from ..job.endpoints.delta import MissingPackageError
 from ..job.endpoints.kafka import KafkaEndpointError
-from ..job.endpoints.sinks import MissingPackageError
 from ..job.heap import OutOfMemory
 from ..job.java import JavaError
 from ..job.query_plan import QueryRefused

@@ -24,7 +24,7 @@ from ..core.sizing.partitions import (
     too_many_waves,
 )
 from ..core.text import first_line
-from ..job.endpoints.sinks import require_deltalake
+from ..job.endpoints.delta import require_deltalake
 from ..job.guard import GuardReport, check_checkpoint
 from ..job.java import launched_by_spark_submit
 from ..job.real_time_checks import refuse_before_spark
@@ -121,9 +121,9 @@ def _run(
         run_query(spark, settings, args.max_batches, args.timeout, held=held)
     except StreamingQueryException as error:
         chain = message_chain(error)
-        bad_record = bad_record_advice(chain, settings)
-        if bad_record:  # bad input: its one line says where, what and the ways on; the checkpoint is fine
-            print(*bad_record, sep="\n", file=sys.stderr)
+        refused = bad_record_advice(chain, settings) + merge_refused(chain)
+        if refused:  # bad input: its one line says where, what and the ways on; the checkpoint is fine
+            print(*refused, sep="\n", file=sys.stderr)
             return EXIT_QUERY_FAILED
         print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)
         # The console leaves out Spark's own lines of a failed batch (log4j2.properties): say where they are.
@@ -317,6 +317,14 @@ def bad_record_advice(message: str, settings: Settings) -> list[str]:
         " so the batch stopped uncommitted (nothing of it was written). Fix or remove the row at its source, or"
         " set on_bad_record to drop to skip and count such rows; the next start runs the batch again."
     ]
+
+
+def merge_refused(message: str) -> list[str]:
+    """A batch the Delta MERGE refused (job/endpoints/delta.py): its one line, which says the batch runs again."""
+    from ..core.delta_merge import MERGE_REFUSED
+
+    found = re.search(MERGE_REFUSED + r" (.+?)(?: SQLSTATE: \w+)*$", message, re.M)
+    return [] if found is None else [f"delta merge: {found.group(1)}"]
 
 
 def _state_version(path: str) -> str:

@@ -33,7 +33,7 @@ from ..core.checkpoint.files import (
 )
 from ..core.checkpoint.sink_log import DELTA_LOG, LOG_DIR, LOG_VERSION, SinkLog, read_sink_log
 from ..core.settings import Settings
-from .endpoints.sinks import committed_version, stream_writers
+from .endpoints.delta import committed_version, stream_writers
 
 MISSING_SHOWN = 3  # the missing files named in the line, of however many
 
@@ -113,7 +113,7 @@ def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
         return []
     last = -1 if held.last_batch is None else held.last_batch
     if settings.sink.type == "delta" and held.last_batch is None:
-        return _delta_written_by_others(output, held)
+        return _delta_written_by_others(output, held, settings.sink.merges)
     if settings.sink.type == "parquet":
         newest, log = (-1 if held.sink_log is None else held.sink_log.newest), f"its log {output / LOG_DIR}"
     elif (output / DELTA_LOG).is_dir() and held.query_id is not None:
@@ -142,17 +142,25 @@ def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
     ]
 
 
-def _delta_written_by_others(output: Path, held: CheckpointRead) -> list[str]:
+_BESIDE = "write the input it reads again beside those rows, each result twice (a window's count in two rows)"
+_OVER = (
+    "MERGE its results over those rows, each key's result replaced by one counted from the input this checkpoint"
+    " reads alone"
+)
+
+
+def _delta_written_by_others(output: Path, held: CheckpointRead, merges: bool) -> list[str]:
     """A new checkpoint, a new query id, against a Delta table other queries wrote: no batch is skipped
-    (the table knows batches by query id), but the input read again lands beside its earlier rows."""
+    (the table knows batches by query id), but the input read again lands beside its earlier rows, or in
+    update mode, MERGEd over them, replaces each key's result with one of this checkpoint's input alone."""
     writers = stream_writers(output)
     if not writers:
         return []
     named = ", ".join(f"query {query} up to batch {batch}" for query, batch in sorted(writers.items()))
     return [
         f"sink.path {output} holds the output of {named} (its Delta log's transactions), and the checkpoint"
-        f" {held.checkpoint} has logged no batch yet: its query would write the input it reads again beside"
-        " those rows, each result twice (a window's count in two rows). Nothing was started; set sink.path to an"
+        f" {held.checkpoint} has logged no batch yet: its query would {_OVER if merges else _BESIDE}."
+        " Nothing was started; set sink.path to an"
         " empty directory too, or set query.checkpoint_location back to the checkpoint that wrote that output"
     ]
 

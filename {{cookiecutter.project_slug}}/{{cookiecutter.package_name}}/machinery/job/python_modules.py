@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from ..core.operators import OPERATORS
 from ..core.plan_operators import PlanOperator
-from .endpoints.sinks import MissingPackageError
+from .endpoints.delta import MissingPackageError
 
 # What pip installs a module under, where the names differ.
 PIP_NAMES = {"google.protobuf": "protobuf"}

@@ -469,6 +469,9 @@ class DeltaSinkSettings(Section):
     writer: Literal["delta-spark", "deltalake"] = Field("delta-spark", description="delta-spark or deltalake")
     # The Delta Lake (JVM) release fetched for delta-spark; it must be built for this Spark minor version.
     version: str = Field("4.4.0", pattern=r"^\d+\.\d+\.\d+$", description="a Delta Lake release such as 4.4.0")
+    # Update mode: the output columns a batch's rows are MERGEd into the table by. Empty: the grouping
+    # columns (and window) of the query's last aggregation, read from its plan (job/merge_key.py).
+    key_columns: list[str] = Field(default_factory=list, description="a list of the output's column names")
 
 
 class SinkSettings(Section):
@@ -493,12 +496,17 @@ class SinkSettings(Section):
 
     @model_validator(mode="after")
     def _mode_fits_sink(self) -> SinkSettings:
-        if self.writes_files and self.output_mode != "append":
+        if self.type == "parquet" and self.output_mode != "append":
             raise ValueError(
-                f"output_mode {self.output_mode} is not supported by the {self.type} sink, which only"
-                " appends rows; use output_mode append (or the console sink for update)"
+                f"output_mode {self.output_mode} is not supported by the parquet sink, which only appends"
+                " rows; use output_mode append (or the delta sink, which MERGEs updates by key)"
             )
         return self
+
+    @property
+    def merges(self) -> bool:
+        """Whether each batch is MERGEd into a Delta table by the result's key (update mode into delta)."""
+        return self.type == "delta" and self.output_mode == "update"
 
 
 class JoinSettings(Section):

@@ -1,34 +1,19 @@
-"""Start the streaming write for the configured sink, and the `deltalake` writer.
-
-The `deltalake` writer commits each micro-batch to a Delta table by delta-rs, exactly once. Spark's
-foreachBatch is at-least-once: after a crash between the table commit and Spark's own commit of the
-batch, Spark runs the same batch id again. Every commit here carries a Delta application transaction
-(app id = the query id, version = the batch id), the mechanism the JVM Delta sink uses too, and a
-batch whose id the table has already recorded is skipped. A batch without rows is committed too (its
-transaction alone, no data file), as the JVM sink commits it: the table then records every batch the
-checkpoint commits, which is how a start tells a table that lost batches (job/output_check.py).
-
-Limit: each batch is collected to the driver as Arrow and written from there, so batches must fit
-in driver memory and the write does not scale out. The delta-spark writer has neither limit.
-"""
+"""Start the streaming write for the configured sink (the Delta writers of foreachBatch: delta.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from ...core import real_time
-from ...core.checkpoint.path_records import json_line
-from ...core.checkpoint.sink_log import DELTA_LOG
 from ...core.durations import AVAILABLE_NOW
 from ...core.settings import KafkaSinkSettings, QuerySettings, SettingsError, SinkSettings
+from ..merge_key import merge_key
+from .delta import DeltaLakeBatchWriter, DeltaSparkMergeWriter
 from .kafka import connection_options
 
 
@@ -44,6 +29,10 @@ def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings, one
     if sink.type == "parquet":
         # The file sink is exactly-once: a batch's files count only once its _spark_metadata entry is written.
         return writer.format("parquet").option("path", sink.path).start()
+    if sink.merges:  # update mode: each batch MERGEd into the table by the result's key, exactly once
+        key = merge_key(result, sink)
+        writes = DeltaSparkMergeWriter if sink.delta_writer == "delta-spark" else DeltaLakeBatchWriter
+        return writer.foreachBatch(writes(sink.path, query.checkpoint_location, key)).start()
     if sink.delta_writer == "delta-spark":
         # The JVM Delta sink records (query id, batch id) in each commit and skips a replayed batch.
         return writer.format("delta").option("path", sink.path).start()
@@ -83,106 +72,3 @@ def _with_trigger(writer: DataStreamWriter, trigger: str) -> DataStreamWriter:
     if batch is not None:
         return writer.trigger(realTime=batch)  # type: ignore[call-overload]  # pyspark's stubs lack the overload
     return writer.trigger(processingTime=trigger)
-
-
-class DeltaLakeBatchWriter:
-    """A foreachBatch function writing to the Delta table at `path` for the query of `checkpoint`.
-
-    It holds only the two paths: Spark Connect pickles it at start() and calls it in the server's Python,
-    so nothing set on the client after the start would reach it. The query id is read where the batch
-    runs, from the checkpoint, once per process."""
-
-    def __init__(self, path: str, checkpoint: str):
-        self.path = path
-        self.checkpoint = checkpoint
-        self._query_id: str | None = None
-        self.skipped_batches: list[int] = []
-
-    def query_id(self, batch: DataFrame) -> str:
-        """The app id is the query id: Spark writes it to the checkpoint's `metadata` before the first
-        batch, and it stays the same across restarts on that checkpoint. Read through the batch's session
-        (a small job, once per process), so a checkpoint on any file system Spark reaches reads alike."""
-        if self._query_id is None:
-            line = batch.sparkSession.read.text(f"{self.checkpoint.rstrip('/')}/metadata").first()
-            self._query_id = str(json.loads(line[0])["id"])  # type: ignore[index]
-        return self._query_id
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from deltalake import CommitProperties, Transaction, write_deltalake
-
-        app_id = self.query_id(batch)
-        if committed_version(self.path, app_id) >= batch_id:
-            # Still run the batch, without output: its state store updates must commit again, and
-            # Spark fails the query when a stateful batch ends without them.
-            batch.write.format("noop").mode("overwrite").save()
-            self.skipped_batches.append(batch_id)
-            print(
-                f"batch {batch_id}: already in the Delta table {self.path} (a replay after a restart); not written again"
-            )
-            return
-        write_deltalake(
-            self.path,
-            batch.toArrow(),
-            mode="append",
-            commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=batch_id)]),
-        )
-
-
-def committed_version(path: str, app_id: str) -> int:
-    """The last batch id the table recorded for this query, or -1 when there is none (or no table yet)."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        table = DeltaTable(path)
-    except TableNotFoundError:
-        return -1
-    version = table.transaction_version(app_id)
-    return -1 if version is None else version
-
-
-def stream_writers(path: Path) -> dict[str, int]:
-    """The streaming queries a Delta table holds transactions of (Spark's Delta sink and the deltalake
-    writer record each batch as one, its app id the query id): query id -> the last batch id. Read from
-    the table's log, its newest checkpoint and the commits after it; {} without a table. A log file
-    that does not read is passed over here: the Delta writer names it."""
-    log = path / DELTA_LOG
-    checkpoints = sorted(log.glob("*.checkpoint*.parquet")) if log.is_dir() else []
-    newest = int(checkpoints[-1].name.split(".")[0]) if checkpoints else -1
-    transactions = [
-        txn for part in checkpoints if int(part.name.split(".")[0]) == newest for txn in _checkpoint_txns(part)
-    ]
-    for commit in sorted(log.glob("[0-9]*.json")) if log.is_dir() else []:
-        if int(commit.name.split(".")[0]) > newest:
-            transactions += [action["txn"] for action in _actions(commit) if isinstance(action.get("txn"), dict)]
-    found: dict[str, int] = {}
-    for txn in transactions:
-        if isinstance(txn.get("appId"), str) and isinstance(txn.get("version"), int):
-            found[txn["appId"]] = max(found.get(txn["appId"], -1), txn["version"])
-    return found
-
-
-def _checkpoint_txns(part: Path) -> list[dict]:
-    try:
-        return [txn for txn in pq.read_table(part, columns=["txn"]).column("txn").to_pylist() if txn]
-    except (OSError, ValueError, KeyError):  # pyarrow's ArrowInvalid is a ValueError
-        return []
-
-
-def _actions(commit: Path) -> list[dict]:
-    lines = commit.read_text(encoding="utf-8", errors="replace").splitlines()
-    return [action for action in map(json_line, lines) if isinstance(action, dict)]
-
-
-class MissingPackageError(Exception):
-    """A Python package the settings need is not installed."""
-
-
-def require_deltalake() -> None:
-    """Fail before Spark starts when the writer's package is missing."""
-    try:
-        import deltalake  # noqa: F401
-    except ImportError:
-        raise MissingPackageError(
-            "sink.delta.writer is deltalake but the deltalake package is not installed; pip install deltalake"
-        ) from None

@@ -1,0 +1,282 @@
+"""Update mode into Delta: each batch MERGEd into the table by the result's key, exactly once across SIGKILLs.
+
+The kill comes at the moment exactly-once rests on: the table holds batch N, Spark has not committed it (the
+job is frozen with SIGSTOP as soon as the table's log shows the batch, the checkpoint's commits checked, then
+SIGKILLed). The restart runs batch N again, and the table must not count it twice. Then every version of the
+table, each one batch's commit, is held against the same query run as a batch job on the input of the
+batches up to it: at every batch boundary the table holds every key's current result, open windows too.
+Three queries on both writers: the starter's windowed count, a count per key without a window, and a sliding
+window's count (Spark runs session windows in append mode only: a sliding window is the time window nearest
+to them it runs in update mode).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyspark.testing import assertDataFrameEqual
+from stream_job.machinery.core.delta_merge import MergeKey, MergeRefused
+from stream_job.machinery.core.settings import SettingsError, load_settings
+from stream_job.machinery.job.endpoints.delta import DeltaLakeBatchWriter
+from stream_job.machinery.job.merge_key import FROM_PLAN, FROM_SETTINGS, merge_key
+from stream_job.machinery.testing import run_batch
+
+from .conftest import (
+    BAKED_OPERATOR,
+    DEFAULT_OPERATOR,
+    clean_env,
+    committed_batches,
+    digest,
+    edited_query,
+    files_job,
+    project_copy,
+    read_events_batch,
+    run_main,
+    run_python,
+    start_job,
+)
+
+pytestmark = [pytest.mark.streaming, pytest.mark.skipif(BAKED_OPERATOR != DEFAULT_OPERATOR, reason="its query")]
+
+FILES = 3
+STARTER_WINDOW = 'F.window("event_time", query.window).alias("window"), "key")'
+STARTER_SELECT = """        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "key",
+            "events",
+        )"""
+QUERIES = {
+    "windowed": {},
+    "per-key": {STARTER_WINDOW: '"key")', STARTER_SELECT: '        .select("key", "events")'},
+    # Windows of 2 minutes every minute: each event counted in two windows.
+    "sliding": {STARTER_WINDOW: 'F.window("event_time", "2 minutes", query.window).alias("window"), "key")'},
+}
+KEYS = {
+    "windowed": ("window_start", "window_end", "key"),
+    "per-key": ("key",),
+    "sliding": ("window_start", "window_end", "key"),
+}
+WRITERS = ["deltalake", "delta-spark"]
+
+
+def update_job(tmp_path: Path, writer: str, files: int = FILES, **delta) -> dict:
+    """files_job's input and settings, in update mode into a Delta table by `writer`."""
+    changes = files_job(tmp_path, "delta-spark" if writer == "delta-spark" else "delta", "rocksdb", True, files)
+    changes["sink"]["output_mode"] = "update"
+    changes["sink"]["delta"].update(delta)
+    return changes
+
+
+def table_log(table: Path) -> dict[int, int]:
+    """Each commit of the table's log that records a batch: Delta version -> batch id (its txn version)."""
+    found = {}
+    log = table / "_delta_log"
+    for commit in sorted(log.glob("[0-9]*.json")) if log.is_dir() else []:
+        for line in commit.read_text().splitlines():
+            txn = json.loads(line).get("txn")
+            if txn:
+                found[int(commit.name.split(".")[0])] = txn["version"]
+    return found
+
+
+def freeze_between_commits(process, table: Path, checkpoint: Path, deadline: float = 240) -> int:
+    """SIGKILL the job once the table holds a batch that Spark has not committed: the job is frozen (SIGSTOP)
+    the moment the table's log shows a new batch, the checkpoint's commits read, and it is killed when that
+    batch is not among them (else it goes on, to the next). Returns the batch."""
+    until, seen = time.monotonic() + deadline, -1
+    while time.monotonic() < until:
+        if process.poll() is not None:
+            pytest.fail(f"the job ended (exit {process.returncode}) before it could be killed between commits")
+        batches = table_log(table).values()
+        newest = max(batches, default=-1)
+        if newest > seen and newest >= 1:
+            os.killpg(process.pid, signal.SIGSTOP)
+            if newest not in committed_batches(checkpoint):
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=60)
+                return newest
+            os.killpg(process.pid, signal.SIGCONT)
+            seen = newest
+        time.sleep(0.002)
+    process.kill()
+    pytest.fail("the job never stood between the table's commit and Spark's")
+
+
+def run_to_end(writer: str, settings_path: Path, cwd: Path, edits: dict):
+    if writer == "delta-spark":  # its session extensions cannot join the shared session: a process
+        return run_python("main.py", "--settings", str(settings_path), env=clean_env(), cwd=cwd)
+    with edited_query(edits):
+        return run_main("--settings", str(settings_path))
+
+
+def expected_after(spark, landing: Path, batch: int, query_settings):
+    """The query as a batch job on the files the batches up to `batch` read (one a batch)."""
+    files = sorted(str(path) for path in landing.iterdir())[: batch + 1]
+    return run_batch(spark, read_events_batch(spark, files), None, query=query_settings)
+
+
+# delta-spark runs the windowed count in CI, its other queries are secondary (make test-all): the MERGE, its
+# transaction and its skip do not depend on the query, and deltalake runs all three (the key and the oracle).
+KILLED = [
+    pytest.param(
+        query,
+        writer,
+        marks=[pytest.mark.delta_spark] * (writer == "delta-spark")
+        + [pytest.mark.secondary] * (writer == "delta-spark" and query != "windowed"),
+        id=f"{query}-{writer}",
+    )
+    for query in QUERIES
+    for writer in WRITERS
+]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("query", "writer"), KILLED)
+def test_killed_between_the_tables_commit_and_sparks_the_table_holds_each_keys_result_once(
+    spark, write_settings, tmp_path, writer, query
+):
+    edits = QUERIES[query]
+    changes = update_job(tmp_path, writer)
+    path = write_settings(changes)
+    settings = load_settings(path)
+    table, checkpoint = Path(settings.sink.path), Path(settings.query.checkpoint_location)
+    project = project_copy(tmp_path, edits)
+    with open(tmp_path / "first-run.log", "w") as log:
+        killed = freeze_between_commits(start_job(path, log, cwd=project), table, checkpoint)
+
+    restart = run_to_end(writer, path, project, edits)
+    assert restart.returncode == 0, restart.stderr[-3000:]
+    assert committed_batches(checkpoint) == list(range(FILES + 1))  # the files, then the closing batch
+    versions = table_log(table)
+    assert sorted(versions.values()) == sorted(set(versions.values())), versions  # no batch recorded twice
+    assert killed in versions.values()
+    with edited_query(edits):
+        assert merge_key_of(spark, settings).columns == KEYS[query]
+        for version, batch in sorted(versions.items()):
+            held = spark.createDataFrame(DeltaTable(str(table), version=version).to_pyarrow_table())
+            expected = expected_after(spark, Path(settings.source.files.path), min(batch, FILES - 1), settings.query)
+            assertDataFrameEqual(held, expected.select(*held.columns))
+
+
+def merge_key_of(spark, settings) -> MergeKey:
+    from stream_job.machinery.job.runner import build_result
+
+    return merge_key(build_result(spark, settings), settings.sink)
+
+
+@pytest.mark.parametrize("query", list(QUERIES))
+def test_the_key_is_the_aggregations_grouping_as_the_output_carries_it(spark, make_settings, tmp_path, query):
+    with edited_query(QUERIES[query]):
+        key = merge_key_of(spark, make_settings(update_job(tmp_path, "deltalake")))
+    assert key == MergeKey(KEYS[query], FROM_PLAN, None if query == "per-key" else "window_start")
+
+
+DEDUPLICATION = {
+    """        .groupBy(F.window("event_time", query.window).alias("window"), "key")
+        .agg(F.count(F.lit(1)).alias("events"))
+"""
+    + STARTER_SELECT: '        .dropDuplicates(["event_id", "event_time"])'
+}
+NO_KEY_COLUMN = {STARTER_SELECT: '        .select(F.col("window.start").alias("window_start"), "events")'}
+
+
+def test_where_the_plan_gives_no_key_the_settings_name_it_checked_against_the_output(spark, make_settings, tmp_path):
+    settings = make_settings(update_job(tmp_path, "deltalake"))
+    named = make_settings(update_job(tmp_path, "deltalake", key_columns=["event_id"]))
+    with edited_query(DEDUPLICATION):
+        with pytest.raises(SettingsError) as refused:
+            merge_key_of(spark, settings)
+        assert merge_key_of(spark, named) == MergeKey(("event_id",), FROM_SETTINGS, None)
+    assert refused.value.lines == [
+        "sink.output_mode is update into a Delta table, which MERGEs each batch by the result's key, but the query's"
+        " last stateful step (Deduplicate) is not an aggregation, so its plan gives no key; set sink.delta.key_columns"
+        " to the output columns that identify a result row (of event_id, key, event_time)"
+    ]
+    with edited_query(NO_KEY_COLUMN), pytest.raises(SettingsError) as refused:
+        merge_key_of(spark, settings)
+    assert "but the output leaves out the aggregation's grouping column key; set sink.delta" in refused.value.lines[0]
+
+
+def test_key_columns_not_in_the_output_are_one_line_and_start_nothing(write_settings, tmp_path):
+    path = write_settings(update_job(tmp_path, "deltalake", key_columns=["window_start", "nope"]))
+    result = run_main("--settings", str(path))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "settings error: sink.delta.key_columns ['window_start', 'nope']: nope not among the query's output columns"
+        " (window_start, window_end, key, events); name the columns that identify a result row"
+    ]
+    assert not (tmp_path / "checkpoint").exists() and not (tmp_path / "output").exists()
+
+
+def test_a_table_of_other_columns_is_one_line_and_left_as_it_was(write_settings, tmp_path):
+    from deltalake import write_deltalake
+
+    table = tmp_path / "output"
+    write_deltalake(str(table), pa.table({"key": ["a"], "n": pa.array([1], pa.int64())}))
+    before = digest(table)
+    result = run_main("--settings", str(write_settings(update_job(tmp_path, "deltalake"))))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"settings error: sink.path {table} is a Delta table of columns (key string, n bigint) but the query's"
+        " output is (window_start timestamp, window_end timestamp, key string, events bigint): a MERGE writes each"
+        " row whole, by name; set sink.path to a new directory, or change the table to the output's columns (ALTER"
+        " TABLE) or the query to the table's. Nothing was started"
+    ]
+    assert digest(table) == before and not (tmp_path / "checkpoint").exists()
+
+
+def test_a_batch_holding_a_key_twice_is_refused_unwritten_and_the_next_start_is_exact(spark, write_settings, tmp_path):
+    changes = update_job(tmp_path, "deltalake", files=2, key_columns=["key"])  # each key in several windows
+    path = write_settings(changes)
+    result = run_main("--settings", str(path))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"delta merge: sink.path {tmp_path / 'output'}: batch 0 holds 2 rows of one key (key, sink.delta.key_columns),"
+        " and a MERGE by key takes one row per key; nothing of the batch was written. Set sink.delta.key_columns to"
+        " the output columns that identify a result row (or make the query emit one row per key), then start again:"
+        " the batch runs again"
+    ]
+    assert committed_batches(tmp_path / "checkpoint") == [] and not (tmp_path / "output").exists()
+
+    changes["sink"]["delta"]["key_columns"] = []  # the way on: the plan's key
+    restart = run_main("--settings", str(write_settings(changes)))
+    assert restart.returncode == 0, restart.stderr[-3000:]
+    settings = load_settings(path)
+    expected = expected_after(spark, Path(settings.source.files.path), 1, settings.query)
+    assertDataFrameEqual(spark.createDataFrame(DeltaTable(str(tmp_path / "output")).to_pyarrow_table()), expected)
+
+
+class CommittedMeanwhile(DeltaLakeBatchWriter):
+    """The writer, with another writer's commit landing between its read of the table and its own commit."""
+
+    def table(self):
+        read = super().table()
+        DeltaTable(self.path).update(updates={"events": "events + 100"}, predicate="key = 'key-0'")
+        return read
+
+
+def test_another_writers_commit_in_between_is_one_line_and_the_batch_unwritten(spark, tmp_path):
+    from .test_delta_writer import rows, table_rows, writer_of
+
+    table = str(tmp_path / "table")
+    writer_of(tmp_path, table, "query-1")(rows(spark, (0, "key-0", 3), (0, "key-1", 1)), 0)
+    conflicted = CommittedMeanwhile(
+        table, str(tmp_path / "checkpoint-query-1"), MergeKey(("window_start", "key"), FROM_PLAN, "window_start")
+    )
+    with pytest.raises(MergeRefused) as refused:
+        conflicted(rows(spark, (0, "key-0", 4)), 1)
+    assert refused.value.line.startswith(
+        f"sink.path {table}: another writer committed to the Delta table while batch 1 merged into it"
+        " (CommitFailedError: Failed to commit transaction: Commit failed: a concurrent transactions added new data."
+    )
+    assert refused.value.line.endswith("then start again: the batch runs again")
+    assert DeltaTable(table).transaction_version("query-1") == 0  # batch 1 not recorded: it runs again
+    assertDataFrameEqual(table_rows(spark, table), rows(spark, (0, "key-0", 103), (0, "key-1", 1)))

@@ -1,0 +1,90 @@
+"""The MERGE of a batch's results into a Delta table by their key, in update mode: the condition both writers
+run (delta-spark in Spark SQL, deltalake in delta-rs's DataFusion SQL) and the lines a refused batch ends in.
+
+A row of the batch replaces the table's row of the same key, or is inserted. The keys compare null-safe (a
+null key is a key). When a key column holds timestamps (a window's start), the condition also bounds the
+table's side to the batch's range of it: a literal range is what both engines skip files by (each file's
+min/max statistics), so a MERGE reads the files of the batch's windows, not the whole table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+TARGET, SOURCE = "t", "s"
+# Marks the one line of a refused batch in Spark's report of the failure (foreachBatch's Python error).
+MERGE_REFUSED = "DELTA_MERGE_REFUSED"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class MergeKey:
+    columns: tuple[str, ...]
+    # Where the columns come from, for the lines that name them.
+    origin: str
+    # A key column of timestamps, which the condition bounds to the batch's range (None: no bound).
+    bounded: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchRange:
+    """The batch's range of the bounded column, in microseconds since the epoch (None: no value)."""
+
+    low: int | None
+    high: int | None
+    has_null: bool
+
+
+class MergeRefused(Exception):
+    """A batch the MERGE refuses: its message is the one line, after the marker."""
+
+    def __init__(self, line: str):
+        super().__init__(f"{MERGE_REFUSED} {line}")
+        self.line = line
+
+
+def quoted(column: str) -> str:
+    return "`" + column.replace("`", "``") + "`"
+
+
+def timestamp_text(micros: int) -> str:
+    return (_EPOCH + timedelta(microseconds=micros)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def merge_condition(key: MergeKey, batch: BatchRange | None, timestamp_literal: str = "{}") -> str:
+    """The ON condition; `timestamp_literal` wraps a quoted timestamp ('TIMESTAMP {}' in Spark SQL, whose
+    file skipping needs a literal, not a cast)."""
+    terms = [f"{TARGET}.{quoted(name)} IS NOT DISTINCT FROM {SOURCE}.{quoted(name)}" for name in key.columns]
+    if key.bounded and batch is not None and batch.low is not None and batch.high is not None:
+        column = f"{TARGET}.{quoted(key.bounded)}"
+        low, high = (timestamp_literal.format(f"'{timestamp_text(micros)}'") for micros in (batch.low, batch.high))
+        bound = f"{column} >= {low} AND {column} <= {high}"
+        terms.append(f"{bound} OR {column} IS NULL" if batch.has_null else bound)
+    return " AND ".join(f"({term})" for term in terms)
+
+
+def repeated_key_line(path: str, key: MergeKey, batch_id: int, rows: int) -> str:
+    columns = ", ".join(key.columns)
+    return (
+        f"sink.path {path}: batch {batch_id} holds {rows} rows of one key ({columns}, {key.origin}), and a MERGE"
+        " by key takes one row per key; nothing of the batch was written. Set sink.delta.key_columns to the"
+        " output columns that identify a result row (or make the query emit one row per key), then start again:"
+        " the batch runs again"
+    )
+
+
+def conflict_line(path: str, batch_id: int, error: str) -> str:
+    return (
+        f"sink.path {path}: another writer committed to the Delta table while batch {batch_id} merged into it"
+        f" ({error}); nothing of the batch was written. Stop the other writer (a job on the same table, or an"
+        " OPTIMIZE, DELETE or UPDATE of the rows it merges), then start again: the batch runs again"
+    )
+
+
+def schema_line(path: str, table: list[str], output: list[str]) -> str:
+    return (
+        f"sink.path {path} is a Delta table of columns ({', '.join(table)}) but the query's output is"
+        f" ({', '.join(output)}): a MERGE writes each row whole, by name; set sink.path to a new directory, or"
+        " change the table to the output's columns (ALTER TABLE) or the query to the table's. Nothing was started"
+    )

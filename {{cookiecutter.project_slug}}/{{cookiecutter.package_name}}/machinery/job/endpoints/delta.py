@@ -1,0 +1,271 @@
+"""The Delta writers that run as foreachBatch functions, exactly once, and what a table's log records of them.
+
+Spark's foreachBatch is at-least-once: after a crash between the table's commit and Spark's own commit of
+the batch, Spark runs the same batch id again. Every commit here carries a Delta application transaction (app
+id = the query id, read from the checkpoint; version = the batch id), the mechanism Spark's own Delta sink
+uses too, so a batch the table recorded is not written twice:
+- `deltalake` (delta-rs) appends each batch, or in update mode MERGEs it by the result's key. delta-rs records
+  the transaction but does not skip a version it holds (delta-rs issue 2580): the writer asks the table first.
+- `delta-spark` in update mode MERGEs each batch through Spark SQL with the transaction in the session confs
+  `spark.databricks.delta.write.txnAppId`/`txnVersion` (Delta's writer options serve appends only), which
+  Delta checks itself. The confs are set on the batch's session, the query's own clone of the job's
+  session, so two queries in one job do not see each other's. (Appends go through Spark's Delta sink.)
+A batch without rows is committed too (its transaction alone, no data file), as Spark's sink commits it: the
+table then records every batch the checkpoint commits, which is how a start tells a table that lost batches
+(job/output_check.py). A MERGE takes one row per key: a batch holding a key twice is refused, unwritten.
+
+Limit of deltalake: each batch is collected to the driver as Arrow and written from there, so batches must
+fit in driver memory and the write does not scale out. The delta-spark writer has neither limit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ...core.checkpoint.path_records import json_line
+from ...core.checkpoint.sink_log import DELTA_LOG
+from ...core.delta_merge import (
+    SOURCE,
+    TARGET,
+    BatchRange,
+    MergeKey,
+    MergeRefused,
+    conflict_line,
+    merge_condition,
+    quoted,
+    repeated_key_line,
+)
+
+# The session confs through which Delta makes a MERGE idempotent (Delta 2.3 and later).
+TXN_APP_ID, TXN_VERSION = "spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion"
+# What each engine calls a commit that lost to another writer's.
+_CONFLICTS = ("DELTA_CONCURRENT", "ConcurrentAppendException", "ConcurrentModificationException", "CommitFailedError")
+
+
+class _BatchWriter:
+    """A foreachBatch function writing to the Delta table at `path` for the query of `checkpoint`.
+
+    It holds only the paths and the key: Spark Connect pickles it at start() and calls it in the server's
+    Python, so nothing set on the client after the start would reach it. The query id is read where the
+    batch runs, from the checkpoint, once per process."""
+
+    def __init__(self, path: str, checkpoint: str, key: MergeKey | None = None):
+        self.path = path
+        self.checkpoint = checkpoint
+        self.key = key
+        self._query_id: str | None = None
+        self.skipped_batches: list[int] = []
+
+    def query_id(self, batch: DataFrame) -> str:
+        """The app id is the query id: Spark writes it to the checkpoint's `metadata` before the first
+        batch, and it stays the same across restarts on that checkpoint. Read through the batch's session
+        (a small job, once per process), so a checkpoint on any file system Spark reaches reads alike."""
+        if self._query_id is None:
+            line = batch.sparkSession.read.text(f"{self.checkpoint.rstrip('/')}/metadata").first()
+            self._query_id = str(json.loads(line[0])["id"])  # type: ignore[index]
+        return self._query_id
+
+    def refuse_repeated_key(self, batch_id: int, most_rows_of_a_key: int) -> None:
+        if self.key is not None and most_rows_of_a_key > 1:
+            raise MergeRefused(repeated_key_line(self.path, self.key, batch_id, most_rows_of_a_key))
+
+
+class DeltaLakeBatchWriter(_BatchWriter):
+    """delta-rs: appends each batch, or MERGEs it by `key` (update mode)."""
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake.exceptions import CommitFailedError
+
+        app_id = self.query_id(batch)
+        if committed_version(self.path, app_id) >= batch_id:
+            # Still run the batch, without output: its state store updates must commit again, and
+            # Spark fails the query when a stateful batch ends without them.
+            batch.write.format("noop").mode("overwrite").save()
+            self.skipped_batches.append(batch_id)
+            print(
+                f"batch {batch_id}: already in the Delta table {self.path} (a replay after a restart); not written again"
+            )
+            return
+        rows = batch.toArrow()
+        committed = CommitProperties(app_transactions=[Transaction(app_id=app_id, version=batch_id)])
+        if self.key is not None:
+            self.refuse_repeated_key(batch_id, _most_rows_of_a_key(rows, self.key))
+        try:
+            if self.key is None or rows.num_rows == 0 or committed_version(self.path, None) < 0:
+                write_deltalake(self.path, rows, mode="append", commit_properties=committed)
+                return
+            condition = merge_condition(self.key, _arrow_range(rows, self.key))
+            (
+                self.table()
+                .merge(rows, condition, source_alias=SOURCE, target_alias=TARGET, commit_properties=committed)
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
+        except CommitFailedError as error:
+            raise MergeRefused(conflict_line(self.path, batch_id, f"CommitFailedError: {error}")) from None
+
+
+    def table(self):
+        """The table as it stands now, which the MERGE reads and commits on top of."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.path)
+
+
+class DeltaSparkMergeWriter(_BatchWriter):
+    """delta-spark, update mode: MERGEs each batch by `key` through Spark SQL."""
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from ..spark_errors import spark_errors
+
+        assert self.key is not None
+        spark = batch.sparkSession
+        app_id = self.query_id(batch)
+        # Persisted: the batch is read twice (its figures, then the MERGE), and its stateful steps must
+        # run once.
+        batch.persist()
+        try:
+            rows, most, batch_range = self._figures(batch)
+            self.refuse_repeated_key(batch_id, most)
+            if rows == 0 or not self._table_exists(batch):
+                # A new table, or an empty batch: an append, which takes the transaction as options.
+                batch.write.format("delta").mode("append").option("txnAppId", app_id).option(
+                    "txnVersion", batch_id
+                ).save(self.path)
+                return
+            view = f"merged_batch_{batch_id}"
+            batch.createOrReplaceTempView(view)
+            spark.conf.set(TXN_APP_ID, app_id)
+            spark.conf.set(TXN_VERSION, str(batch_id))
+            try:
+                spark.sql(
+                    f"MERGE INTO delta.{quoted(self.path)} AS {TARGET} USING {view} AS {SOURCE}"
+                    f" ON {merge_condition(self.key, batch_range, 'TIMESTAMP {}')}"
+                    " WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+                )
+            finally:
+                spark.conf.unset(TXN_APP_ID)
+                spark.conf.unset(TXN_VERSION)
+                spark.catalog.dropTempView(view)
+        except spark_errors() as error:
+            if any(conflict in str(error) for conflict in _CONFLICTS):
+                raise MergeRefused(conflict_line(self.path, batch_id, _first_line(error))) from None
+            raise
+        finally:
+            batch.unpersist()
+
+    def _figures(self, batch: DataFrame) -> tuple[int, int, BatchRange | None]:
+        """One job: the batch's rows, the most rows one key holds, and the bounded column's range."""
+        assert self.key is not None
+        bounded = self.key.bounded
+        per_key = batch.groupBy(*(F.col(quoted(name)) for name in self.key.columns)).agg(
+            F.count(F.lit(1)).alias("rows"),
+            *([F.unix_micros(F.col(quoted(bounded))).alias("at")] if bounded else []),
+        )
+        figures = per_key.agg(
+            F.sum("rows").alias("rows"),
+            F.max("rows").alias("most"),
+            *([F.min("at"), F.max("at"), F.max(F.col("at").isNull())] if bounded else []),
+        ).first()
+        assert figures is not None
+        rows, most = int(figures[0] or 0), int(figures[1] or 0)
+        return rows, most, BatchRange(figures[2], figures[3], bool(figures[4])) if bounded else None
+
+    def _table_exists(self, batch: DataFrame) -> bool:
+        from ..spark_errors import spark_errors
+
+        try:  # reading the schema reads the table's log: an error without a table
+            columns = batch.sparkSession.read.format("delta").load(self.path).columns
+        except spark_errors():
+            return False
+        return bool(columns)
+
+
+def _most_rows_of_a_key(rows, key: MergeKey) -> int:
+    if rows.num_rows == 0:
+        return 0
+    counts = rows.group_by(list(key.columns)).aggregate([([], "count_all")])
+    return max(counts.column("count_all").to_pylist())
+
+
+def _arrow_range(rows, key: MergeKey) -> BatchRange | None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if key.bounded is None:
+        return None
+    values = rows.column(key.bounded).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    extremes = pc.min_max(values).as_py()
+    return BatchRange(extremes["min"], extremes["max"], values.null_count > 0)
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def committed_version(path: str, app_id: str | None) -> int:
+    """The last batch id the table recorded for this query, or -1 when there is none (or no table yet);
+    app_id None: the table's own version, -1 without a table."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(path)
+    except TableNotFoundError:
+        return -1
+    version = table.version() if app_id is None else table.transaction_version(app_id)
+    return -1 if version is None else version
+
+
+def stream_writers(path: Path) -> dict[str, int]:
+    """The streaming queries a Delta table holds transactions of (Spark's Delta sink and the deltalake
+    writer record each batch as one, its app id the query id): query id -> the last batch id. Read from
+    the table's log, its newest checkpoint and the commits after it; {} without a table. A log file
+    that does not read is passed over here: the Delta writer names it."""
+    log = path / DELTA_LOG
+    checkpoints = sorted(log.glob("*.checkpoint*.parquet")) if log.is_dir() else []
+    newest = int(checkpoints[-1].name.split(".")[0]) if checkpoints else -1
+    transactions = [
+        txn for part in checkpoints if int(part.name.split(".")[0]) == newest for txn in _checkpoint_txns(part)
+    ]
+    for commit in sorted(log.glob("[0-9]*.json")) if log.is_dir() else []:
+        if int(commit.name.split(".")[0]) > newest:
+            transactions += [action["txn"] for action in _actions(commit) if isinstance(action.get("txn"), dict)]
+    found: dict[str, int] = {}
+    for txn in transactions:
+        if isinstance(txn.get("appId"), str) and isinstance(txn.get("version"), int):
+            found[txn["appId"]] = max(found.get(txn["appId"], -1), txn["version"])
+    return found
+
+
+def _checkpoint_txns(part: Path) -> list[dict]:
+    try:
+        return [txn for txn in pq.read_table(part, columns=["txn"]).column("txn").to_pylist() if txn]
+    except (OSError, ValueError, KeyError):  # pyarrow's ArrowInvalid is a ValueError
+        return []
+
+
+def _actions(commit: Path) -> list[dict]:
+    lines = commit.read_text(encoding="utf-8", errors="replace").splitlines()
+    return [action for action in map(json_line, lines) if isinstance(action, dict)]
+
+
+class MissingPackageError(Exception):
+    """A Python package the settings need is not installed."""
+
+
+def require_deltalake() -> None:
+    """Fail before Spark starts when the writer's package is missing."""
+    try:
+        import deltalake  # noqa: F401
+    except ImportError:
+        raise MissingPackageError(
+            "sink.delta.writer is deltalake but the deltalake package is not installed; pip install deltalake"
+        ) from None

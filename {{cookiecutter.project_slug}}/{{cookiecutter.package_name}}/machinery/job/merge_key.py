@@ -1,0 +1,122 @@
+"""The key a batch's results are MERGEd into a Delta table by (update mode), found and checked before a start.
+
+The key is the grouping columns of the query's last aggregation, window included, as they reach the output:
+the analyzed plan names each, and the projections above the aggregation may rename or take fields of them
+(`window.start AS window_start`). Where the plan cannot say (the last stateful step is not an aggregation, or
+the output leaves a grouping column out), sink.delta.key_columns names the key; named columns are checked
+against the output either way. A table already at sink.path must hold the output's columns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType, TimestampType
+
+from ..core.delta_merge import MergeKey, schema_line
+from ..core.settings import Settings, SettingsError, SinkSettings
+from .plan_source import PlanNode, analyzed_plan, column, items, split_top
+
+# Nodes above the aggregation that keep, drop or rename its columns, row for row.
+_PASS_THROUGH = ("Project", "Filter", "SubqueryAlias")
+_ID = re.compile(r"#(\d+)")
+_WATERMARKED_ID = re.compile(r"#\d+L?(?:-T\d+ms)?")
+FROM_PLAN = "the grouping columns of the query's last aggregation"
+FROM_SETTINGS = "sink.delta.key_columns"
+
+
+def merge_key(result: DataFrame, sink: SinkSettings) -> MergeKey:
+    """The key, or SettingsError naming the setting, the columns and the way on."""
+    output = result.columns
+    named = tuple(sink.delta.key_columns)
+    if named:
+        missing = [name for name in named if name not in output]
+        if missing:
+            raise SettingsError(
+                [
+                    f"sink.delta.key_columns {list(named)}: {', '.join(missing)} not among the query's output columns"
+                    f" ({', '.join(output)}); name the columns that identify a result row"
+                ]
+            )
+        return _key(named, FROM_SETTINGS, result.schema)
+    found, why_not = plan_key(analyzed_plan(result))
+    if not found:
+        raise SettingsError(
+            [
+                f"sink.output_mode is update into a Delta table, which MERGEs each batch by the result's key, but"
+                f" {why_not}; set sink.delta.key_columns to"
+                f" the output columns that identify a result row (of {', '.join(output)})"
+            ]
+        )
+    return _key(tuple(found), FROM_PLAN, result.schema)
+
+
+def _key(columns: tuple[str, ...], origin: str, schema: StructType) -> MergeKey:
+    timestamps = [field.name for field in schema.fields if isinstance(field.dataType, TimestampType)]
+    return MergeKey(columns, origin, next((name for name in columns if name in timestamps), None))
+
+
+def plan_key(root: PlanNode) -> tuple[list[str], str | None]:
+    """The output columns that carry the last aggregation's grouping columns, or ([], why not)."""
+    above: list[PlanNode] = []
+    node = root
+    while node.kind in _PASS_THROUGH and node.children:
+        above.append(node)
+        node = node.children[0]
+    if node.kind != "Aggregate" or not node.streaming:
+        return [], f"the query's last stateful step ({node.kind}) is not an aggregation, so its plan gives no key"
+    grouping, outputs = (items(argument) for argument in node.arguments[:2])
+    # Each key column's id -> the grouping expressions it carries.
+    keys = {
+        _own_id(item): {grouping.index(expression)}
+        for item in outputs
+        if (expression := _expression(item)) in grouping and _own_id(item) is not None
+    }
+    top = outputs
+    for project in reversed(above):
+        if project.kind != "Project":
+            continue
+        top = items(project.text.split("\n", 1)[0])
+        carried = {}
+        for item in top:
+            refs = {int(found) for found in _ID.findall(_expression(item))}
+            if refs and refs <= keys.keys() and _own_id(item) is not None:
+                carried[_own_id(item)] = set().union(*(keys[ref] for ref in refs))
+        keys = carried
+    covered = set().union(*keys.values()) if keys else set()
+    if covered != set(range(len(grouping))):
+        left_out = ", ".join(_WATERMARKED_ID.sub("", grouping[index]) for index in range(len(grouping)) if index not in covered)
+        return [], f"the output leaves out the aggregation's grouping column {left_out}"
+    return [_name(item) for item in top if _own_id(item) in keys], None
+
+
+def _expression(item: str) -> str:
+    *body, alias = split_top(item, " AS ")
+    return " AS ".join(body) if body and column(alias) else item
+
+
+def _own_id(item: str) -> int | None:
+    found = column(split_top(item, " AS ")[-1])
+    return found[1] if found else None
+
+
+def _name(item: str) -> str:
+    found = column(split_top(item, " AS ")[-1])
+    return found[0] if found else item
+
+
+def table_columns_refusal(settings: Settings, result: DataFrame) -> str | None:
+    """One line when the Delta table at sink.path holds other columns than the output (names and types,
+    in any order: a MERGE sets and inserts by name); None without a table, or when it fits."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        schema = StructType.fromJson(json.loads(DeltaTable(settings.sink.path).schema().to_json()))
+    except TableNotFoundError:
+        return None
+    table = [f"{field.name} {field.dataType.simpleString()}" for field in schema.fields]
+    output = [f"{field.name} {field.dataType.simpleString()}" for field in result.schema.fields]
+    return None if sorted(table) == sorted(output) else schema_line(settings.sink.path, table, output)

@@ -38,6 +38,7 @@ from .conftest import (
     files_job,
     project_copy,
     read_events_batch,
+    run_cli,
     run_main,
     run_python,
     start_job,
@@ -110,6 +111,25 @@ def freeze_between_commits(process, table: Path, checkpoint: Path, deadline: flo
     pytest.fail("the job never stood between the table's commit and Spark's")
 
 
+def new_checkpoint_is_refused(write_settings, changes: dict, table: Path, checkpoint: Path, fresh: Path) -> None:
+    """A new checkpoint against the table: refused, nothing written, as in append mode."""
+    kept = digest(table)
+    query = json.loads((checkpoint / "metadata").read_text())["id"]
+    elsewhere = write_settings(
+        {**changes, "query": {**changes["query"], "checkpoint_location": str(fresh)}}, "new.yaml"
+    )
+    result = run_main("--settings", str(elsewhere))
+    assert result.returncode == 4, result.stderr[-3000:]
+    assert result.stderr.strip().startswith(f"checkpoint error: sink.path {table} holds the output of query {query}")
+    assert result.stderr.strip().endswith(
+        f"and the checkpoint {fresh} has logged no batch yet: its query would MERGE its results over those rows, each"
+        " key's result replaced by one counted from the input this checkpoint reads alone. Nothing was started; set"
+        " sink.path to an empty directory too, or set query.checkpoint_location back to the checkpoint that wrote"
+        " that output"
+    )
+    assert not fresh.exists() and digest(table) == kept
+
+
 def run_to_end(writer: str, settings_path: Path, cwd: Path, edits: dict):
     if writer == "delta-spark":  # its session extensions cannot join the shared session: a process
         return run_python("main.py", "--settings", str(settings_path), env=clean_env(), cwd=cwd)
@@ -152,7 +172,9 @@ def test_killed_between_the_tables_commit_and_sparks_the_table_holds_each_keys_r
     with open(tmp_path / "first-run.log", "w") as log:
         killed = freeze_between_commits(start_job(path, log, cwd=project), table, checkpoint)
 
-    restart = run_to_end(writer, path, project, edits)
+    if query == "windowed" and writer == "deltalake":
+        new_checkpoint_is_refused(write_settings, changes, table, checkpoint, tmp_path / "checkpoint-new")
+    restart = run_to_end(writer, path, project, edits)  # the way out: the checkpoint that wrote the table
     assert restart.returncode == 0, restart.stderr[-3000:]
     assert committed_batches(checkpoint) == list(range(FILES + 1))  # the files, then the closing batch
     versions = table_log(table)
@@ -207,12 +229,13 @@ def test_where_the_plan_gives_no_key_the_settings_name_it_checked_against_the_ou
 
 def test_key_columns_not_in_the_output_are_one_line_and_start_nothing(write_settings, tmp_path):
     path = write_settings(update_job(tmp_path, "deltalake", key_columns=["window_start", "nope"]))
-    result = run_main("--settings", str(path))
-    assert result.returncode == 2
-    assert result.stderr.splitlines() == [
+    line = (
         "settings error: sink.delta.key_columns ['window_start', 'nope']: nope not among the query's output columns"
         " (window_start, window_end, key, events); name the columns that identify a result row"
-    ]
+    )
+    for command in ("run", "check"):  # check refuses what a start would
+        result = run_cli(command, "--settings", str(path))
+        assert (result.returncode, result.stderr.splitlines()) == (2, [line])
     assert not (tmp_path / "checkpoint").exists() and not (tmp_path / "output").exists()
 
 

@@ -87,7 +87,9 @@ def plan_key(root: PlanNode) -> tuple[list[str], str | None]:
         keys = carried
     covered = set().union(*keys.values()) if keys else set()
     if covered != set(range(len(grouping))):
-        left_out = ", ".join(_WATERMARKED_ID.sub("", grouping[index]) for index in range(len(grouping)) if index not in covered)
+        left_out = ", ".join(
+            _WATERMARKED_ID.sub("", grouping[index]) for index in range(len(grouping)) if index not in covered
+        )
         return [], f"the output leaves out the aggregation's grouping column {left_out}"
     return [_name(item) for item in top if _own_id(item) in keys], None
 
@@ -107,15 +109,26 @@ def _name(item: str) -> str:
     return found[0] if found else item
 
 
+def checked_merge(result: DataFrame, settings: Settings) -> str:
+    """Before a start (and `check`): the key and the table's columns, each misfit a SettingsError; the
+    line that says what each batch is MERGEd by."""
+    key = merge_key(result, settings.sink)
+    misfit = table_columns_refusal(settings, result)
+    if misfit:
+        raise SettingsError([misfit])
+    return f"update mode into Delta: each batch MERGEd into {settings.sink.path} by ({', '.join(key.columns)}), {key.origin}"
+
+
 def table_columns_refusal(settings: Settings, result: DataFrame) -> str | None:
     """One line when the Delta table at sink.path holds other columns than the output (names and types,
-    in any order: a MERGE sets and inserts by name); None without a table, or when it fits."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
+    in any order: a MERGE sets and inserts by name); None without a table, or when it fits, or when this
+    machine cannot read it (no deltalake package, a store it has no credentials for): the MERGE checks."""
     try:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+
         schema = StructType.fromJson(json.loads(DeltaTable(settings.sink.path).schema().to_json()))
-    except TableNotFoundError:
+    except (ImportError, DeltaError, OSError):  # TableNotFoundError is a DeltaError
         return None
     table = [f"{field.name} {field.dataType.simpleString()}" for field in schema.fields]
     output = [f"{field.name} {field.dataType.simpleString()}" for field in result.schema.fields]

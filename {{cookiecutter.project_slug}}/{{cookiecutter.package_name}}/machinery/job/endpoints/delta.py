@@ -111,7 +111,6 @@ class DeltaLakeBatchWriter(_BatchWriter):
         except CommitFailedError as error:
             raise MergeRefused(conflict_line(self.path, batch_id, f"CommitFailedError: {error}")) from None
 
-
     def table(self):
         """The table as it stands now, which the MERGE reads and commits on top of."""
         from deltalake import DeltaTable

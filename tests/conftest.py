@@ -22,8 +22,8 @@ TEMPLATE = Path(__file__).resolve().parents[1]
 
 # CI balance (make test runs with -n 2 --dist loadgroup): the longest runs are xdist groups, handed
 # out first: the default bake's machinery proofs (two runs, about 20 minutes of a worker together on
-# 2 cores, then the real-time bake's 1.5 minutes) to one worker, the three operator bakes', the third default-bake run (chains and state
-# files) and the Connect bake's (about 17 minutes together) to the other. The short tests (some 7 minutes) fill in around
+# 2 cores, then the real-time bake's 1.5 minutes) to one worker, the three operator bakes', the third default-bake run (chains, state
+# files and update mode into Delta) and the Connect bake's (about 17 minutes together) to the other. The short tests (some 7 minutes) fill in around
 # them, most on the second worker. Measured: with the chains and state files queued behind the
 # default bake's runs instead, that worker ran 22:29 of pytest's 22:31 while the other idled for its
 # last 2 minutes. Left to worksteal, two long bakes queued behind each other on one worker (25:38 for

@@ -42,13 +42,13 @@ BAKES = [
     # (an xdist group): the crashes and the Kafka broker's proofs, then the rest.
     pytest.param(
         {},
-        "not cluster and not chains and not state_files and (faults or kafka)" + LEFT_OUT,
+        "not cluster and not chains and not state_files and not delta_merge and (faults or kafka)" + LEFT_OUT,
         marks=DEFAULT_BAKE,
         id="windowed_aggregation:faults-and-kafka",
     ),
     pytest.param(
         {},
-        "not cluster and not chains and not state_files and not (faults or kafka)" + LEFT_OUT,
+        "not cluster and not chains and not state_files and not delta_merge and not (faults or kafka)" + LEFT_OUT,
         marks=DEFAULT_BAKE,
         id="windowed_aggregation:everything-else",
     ),
@@ -68,14 +68,15 @@ BAKES = [
         marks=OTHER_BAKES,
         id="custom_state:operator",
     ),
-    # The chains of tests/machinery/test_chains.py, the savepoints and the integrity faults in a default
-    # bake of their own (the custom_state chain runs in the custom_state bake: it needs its processor).
-    # On the operator bakes' worker, after them (tests/conftest.py says why).
+    # The chains of tests/machinery/test_chains.py, the savepoints and the integrity faults, and update mode
+    # into Delta (test_delta_merge.py), in a default bake of their own (the custom_state chain runs in the
+    # custom_state bake: it needs its processor). On the operator bakes' worker, after them (tests/conftest.py
+    # says why).
     pytest.param(
         {},
-        "(chains or state_files) and not operator" + LEFT_OUT,
+        "(chains or state_files or delta_merge) and not operator" + LEFT_OUT,
         marks=OTHER_BAKES,
-        id="windowed_aggregation:chains-and-state-files",
+        id="windowed_aggregation:chains-state-files-and-merge",
     ),
     # Through a Spark Connect server (tests/machinery/test_connect.py starts it): a default bake of its own,
     # on the operator bakes' worker, the shorter one.

@@ -116,6 +116,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "delta_spark: needs Delta Lake's JVM build for the installed Spark (there is none for Spark 4.3)",
         "chains: queries of several stateful operators written into a copy of the project (test_chains.py)",
         "state_files: the state's files moved or damaged: savepoints, integrity faults (a second default bake runs them)",
+        "delta_merge: update mode into Delta by MERGE (test_delta_merge.py; a second default bake runs them)",
         "real_time: Spark's real-time mode run for real (pyspark 4.3 and a broker): CI's real-time bake runs them",
         "connect: through a Spark Connect server the test starts (spark.remote): CI's Connect bake runs them",
     ):

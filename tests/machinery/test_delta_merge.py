@@ -44,7 +44,10 @@ from .conftest import (
     start_job,
 )
 
-pytestmark = [pytest.mark.streaming, pytest.mark.skipif(BAKED_OPERATOR != DEFAULT_OPERATOR, reason="its query")]
+pytestmark = [
+    pytest.mark.streaming,
+    pytest.mark.delta_merge,
+    pytest.mark.skipif(BAKED_OPERATOR != DEFAULT_OPERATOR, reason="its query")]
 
 FILES = 3
 STARTER_WINDOW = 'F.window("event_time", query.window).alias("window"), "key")'

@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.delta_merge import MergeKey, MergeRefused
 from stream_job.machinery.core.settings import SettingsError, load_settings
-from stream_job.machinery.job.endpoints.delta import DeltaLakeBatchWriter
+from stream_job.machinery.job.endpoints.delta import TXN_APP_ID, DeltaLakeBatchWriter
 from stream_job.machinery.job.merge_key import FROM_PLAN, FROM_SETTINGS, merge_key
 from stream_job.machinery.testing import run_batch
 
@@ -47,7 +47,8 @@ from .conftest import (
 pytestmark = [
     pytest.mark.streaming,
     pytest.mark.delta_merge,
-    pytest.mark.skipif(BAKED_OPERATOR != DEFAULT_OPERATOR, reason="its query")]
+    pytest.mark.skipif(BAKED_OPERATOR != DEFAULT_OPERATOR, reason="its query"),
+]
 
 FILES = 3
 STARTER_WINDOW = 'F.window("event_time", query.window).alias("window"), "key")'
@@ -306,3 +307,20 @@ def test_another_writers_commit_in_between_is_one_line_and_the_batch_unwritten(s
     assert refused.value.line.endswith("then start again: the batch runs again")
     assert DeltaTable(table).transaction_version("query-1") == 0  # batch 1 not recorded: it runs again
     assertDataFrameEqual(table_rows(spark, table), rows(spark, (0, "key-0", 103), (0, "key-1", 1)))
+
+
+def test_the_txn_confs_set_on_a_batchs_session_stay_in_that_querys_session(spark, tmp_path):
+    """delta-spark's MERGE takes its transaction from session confs: the batch's session is the query's own
+    clone of the job's, so what one query sets is not seen by another query or by the job's session."""
+    seen = []
+
+    def batch_function(batch, batch_id):
+        seen.append(batch.sparkSession.conf.get(TXN_APP_ID, None))
+        batch.sparkSession.conf.set(TXN_APP_ID, f"query-{len(seen)}")
+
+    stream = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).load()
+    for name in ("first", "second"):
+        writer = stream.writeStream.foreachBatch(batch_function).trigger(once=True)
+        writer.option("checkpointLocation", str(tmp_path / name)).start().awaitTermination()
+    assert seen == [None, None]
+    assert spark.conf.get(TXN_APP_ID, None) is None

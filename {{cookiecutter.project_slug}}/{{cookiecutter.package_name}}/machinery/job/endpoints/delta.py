@@ -40,6 +40,7 @@ from ...core.delta_merge import (
     quoted,
     repeated_key_line,
 )
+from ..spark_errors import spark_errors
 
 # The session confs through which Delta makes a MERGE idempotent (Delta 2.3 and later).
 TXN_APP_ID, TXN_VERSION = "spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion"
@@ -122,8 +123,6 @@ class DeltaSparkMergeWriter(_BatchWriter):
     """delta-spark, update mode: MERGEs each batch by `key` through Spark SQL."""
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from ..spark_errors import spark_errors
-
         assert self.key is not None
         spark = batch.sparkSession
         app_id = self.query_id(batch)
@@ -178,8 +177,6 @@ class DeltaSparkMergeWriter(_BatchWriter):
         return rows, most, BatchRange(figures[2], figures[3], bool(figures[4])) if bounded else None
 
     def _table_exists(self, batch: DataFrame) -> bool:
-        from ..spark_errors import spark_errors
-
         try:  # reading the schema reads the table's log: an error without a table
             columns = batch.sparkSession.read.format("delta").load(self.path).columns
         except spark_errors():

@@ -223,8 +223,8 @@ def test_where_the_plan_gives_no_key_the_settings_name_it_checked_against_the_ou
         assert merge_key_of(spark, named) == MergeKey(("event_id",), FROM_SETTINGS, None)
     assert refused.value.lines == [
         "sink.output_mode is update into a Delta table, which MERGEs each batch by the result's key, but the query's"
-        " last stateful step (Deduplicate) is not an aggregation, so its plan gives no key; set sink.delta.key_columns"
-        " to the output columns that identify a result row (of event_id, key, event_time)"
+        " output comes from a Deduplicate, not straight from an aggregation, so its plan gives no key; set"
+        " sink.delta.key_columns to the output columns that identify a result row (of event_id, key, event_time)"
     ]
     with edited_query(NO_KEY_COLUMN), pytest.raises(SettingsError) as refused:
         merge_key_of(spark, settings)

@@ -66,7 +66,10 @@ def plan_key(root: PlanNode) -> tuple[list[str], str | None]:
         above.append(node)
         node = node.children[0]
     if node.kind != "Aggregate" or not node.streaming:
-        return [], f"the query's last stateful step ({node.kind}) is not an aggregation, so its plan gives no key"
+        return (
+            [],
+            f"the query's output comes from a {node.kind}, not straight from an aggregation, so its plan gives no key",
+        )
     grouping, outputs = (items(argument) for argument in node.arguments[:2])
     # Each key column's id -> the grouping expressions it carries.
     keys = {

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.core.delta_merge import MergeKey, MergeRefused
+from stream_job.machinery.core.delta_merge import TARGET_FILE_BYTES, MergeKey, MergeRefused
 from stream_job.machinery.core.settings import SettingsError, load_settings
 from stream_job.machinery.job.endpoints.delta import TXN_APP_ID, DeltaLakeBatchWriter
 from stream_job.machinery.job.merge_key import FROM_PLAN, FROM_SETTINGS, merge_key
@@ -181,6 +181,8 @@ def test_killed_between_the_tables_commit_and_sparks_the_table_holds_each_keys_r
     restart = run_to_end(writer, path, project, edits)  # the way out: the checkpoint that wrote the table
     assert restart.returncode == 0, restart.stderr[-3000:]
     assert committed_batches(checkpoint) == list(range(FILES + 1))  # the files, then the closing batch
+    if writer == "deltalake":  # the rewrite's file size capped (core/delta_merge.py says why)
+        assert DeltaTable(str(table)).metadata().configuration == {"delta.targetFileSize": str(TARGET_FILE_BYTES)}
     versions = table_log(table)
     assert sorted(versions.values()) == sorted(set(versions.values())), versions  # no batch recorded twice
     assert killed in versions.values()

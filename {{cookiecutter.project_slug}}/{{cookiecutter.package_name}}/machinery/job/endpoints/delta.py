@@ -30,8 +30,10 @@ from pyspark.sql import functions as F
 from ...core.checkpoint.path_records import json_line
 from ...core.checkpoint.sink_log import DELTA_LOG
 from ...core.delta_merge import (
+    MAX_ROWS_PER_FILE,
     SOURCE,
     TARGET,
+    TARGET_FILE_BYTES,
     BatchRange,
     MergeKey,
     MergeRefused,
@@ -44,6 +46,7 @@ from ..spark_errors import spark_errors
 
 # The session confs through which Delta makes a MERGE idempotent (Delta 2.3 and later).
 TXN_APP_ID, TXN_VERSION = "spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion"
+MAX_RECORDS = "spark.sql.files.maxRecordsPerFile"
 # What each engine calls a commit that lost to another writer's.
 _CONFLICTS = ("DELTA_CONCURRENT", "ConcurrentAppendException", "ConcurrentModificationException", "CommitFailedError")
 
@@ -98,8 +101,10 @@ class DeltaLakeBatchWriter(_BatchWriter):
         if self.key is not None:
             self.refuse_repeated_key(batch_id, _most_rows_of_a_key(rows, self.key))
         try:
-            if self.key is None or rows.num_rows == 0 or committed_version(self.path, None) < 0:
-                write_deltalake(self.path, rows, mode="append", commit_properties=committed)
+            new_table = committed_version(self.path, None) < 0
+            if self.key is None or rows.num_rows == 0 or new_table:
+                capped = {"delta.targetFileSize": str(TARGET_FILE_BYTES)} if self.key and new_table else None
+                write_deltalake(self.path, rows, mode="append", configuration=capped, commit_properties=committed)
                 return
             condition = merge_condition(self.key, _arrow_range(rows, self.key))
             (
@@ -129,6 +134,9 @@ class DeltaSparkMergeWriter(_BatchWriter):
         # Persisted: the batch is read twice (its figures, then the MERGE), and its stateful steps must
         # run once.
         batch.persist()
+        capped = spark.conf.get(MAX_RECORDS, "0") in ("0", None)
+        if capped:
+            spark.conf.set(MAX_RECORDS, str(MAX_ROWS_PER_FILE))
         try:
             rows, most, batch_range = self._figures(batch)
             self.refuse_repeated_key(batch_id, most)
@@ -158,6 +166,8 @@ class DeltaSparkMergeWriter(_BatchWriter):
             raise
         finally:
             batch.unpersist()
+            if capped:
+                spark.conf.unset(MAX_RECORDS)
 
     def _figures(self, batch: DataFrame) -> tuple[int, int, BatchRange | None]:
         """One job: the batch's rows, the most rows one key holds, and the bounded column's range."""

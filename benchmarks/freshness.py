@@ -11,7 +11,8 @@ DeltaTable.update_incremental() then to_pyarrow_table) and records when each cou
 whose events e1..en arrived in that order, e_i is visible once the table's count for it is >= i.
 Events of the first `--warmup` seconds of feeding are left out, and so are those fed in the last
 `--drain` seconds, which only let the watermark close the measured windows (append mode emits a window
-only when a later event moves the watermark past it). Prints p50, p95 and p99 per mode and writes
+only when a later event moves the watermark past it). Prints p50, p95 and p99 per mode (and each job's
+batches and median batch duration, from its progress lines) and writes
 RESULTS_DIR/freshness[_<writer>].json and .md.
 
     .venv/bin/python benchmarks/freshness.py [--writer deltalake] [--seconds 120] [--warmup 20] [--every 0.5] [--keep]
@@ -24,6 +25,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -200,10 +202,15 @@ def main() -> None:
             job.wait(timeout=180)
     window = seconds(args.window)
     found = {mode: latencies(fed, poller.seen[mode], window, measured) for mode in MODES}
-    write_results(args, found, scratch)
+    write_results(args, found, {mode: batch_seconds(scratch / f"job-{mode}.log") for mode in MODES}, scratch)
 
 
-def write_results(args, found: dict[str, list], scratch: Path) -> None:
+def batch_seconds(log: Path) -> list[float]:
+    """Each batch's duration, from the job's progress lines ('batch N: ..., took 0.90 s')."""
+    return [float(line.rsplit("took ", 1)[1].split()[0]) for line in log.read_text().splitlines() if " took " in line]
+
+
+def write_results(args, found: dict[str, list], batches: dict[str, list[float]], scratch: Path) -> None:
     figures = {}
     for mode, values in found.items():
         shown = [value for value in values if value is not None]
@@ -212,6 +219,8 @@ def write_results(args, found: dict[str, list], scratch: Path) -> None:
             "never_visible": len(values) - len(shown),
             **{f"p{share}_s": round(percentile(shown, share / 100), 3) for share in (50, 95, 99)},
             "max_s": round(max(shown), 3),
+            "batches": len(batches[mode]),
+            "median_batch_s": round(statistics.median(batches[mode]), 2) if batches[mode] else None,
         }
     settings = {key: value for key, value in vars(args).items() if key != "results_dir"}
     result = {
@@ -230,11 +239,11 @@ def write_results(args, found: dict[str, list], scratch: Path) -> None:
         f" watermark {args.watermark}; a file of {args.events} events ({args.keys} keys) every {args.every} s for"
         f" {args.seconds:.0f} s measured after a {args.warmup:.0f} s warm-up; tables read every {args.poll} s.",
         "",
-        "| mode | events | never visible | p50 s | p95 s | p99 s | max s |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| mode | events | never visible | p50 s | p95 s | p99 s | max s | batches | median batch s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         *(
             f"| {mode} | {f['events']} | {f['never_visible']} | {f['p50_s']:.2f} | {f['p95_s']:.2f} |"
-            f" {f['p99_s']:.2f} | {f['max_s']:.2f} |"
+            f" {f['p99_s']:.2f} | {f['max_s']:.2f} | {f['batches']} | {f['median_batch_s']} |"
             for mode, f in figures.items()
         ),
         "",

@@ -63,6 +63,7 @@ class _BatchWriter:
         self.checkpoint = checkpoint
         self.key = key
         self._query_id: str | None = None
+        self._table_seen = False
         self.skipped_batches: list[int] = []
 
     def query_id(self, batch: DataFrame) -> str:
@@ -187,11 +188,14 @@ class DeltaSparkMergeWriter(_BatchWriter):
         return rows, most, BatchRange(figures[2], figures[3], bool(figures[4])) if bounded else None
 
     def _table_exists(self, batch: DataFrame) -> bool:
-        try:  # reading the schema reads the table's log: an error without a table
-            columns = batch.sparkSession.read.format("delta").load(self.path).columns
-        except spark_errors():
-            return False
-        return bool(columns)
+        """Whether the table is there: asked until it is, once per process (a table is not deleted under a
+        running job: a start checks that it holds what the checkpoint committed)."""
+        if not self._table_seen:
+            try:  # reading the schema reads the table's log: an error without a table
+                self._table_seen = bool(batch.sparkSession.read.format("delta").load(self.path).columns)
+            except spark_errors():
+                return False
+        return self._table_seen
 
 
 def _most_rows_of_a_key(rows, key: MergeKey) -> int:

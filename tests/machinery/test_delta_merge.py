@@ -268,7 +268,7 @@ def test_a_batch_holding_a_key_twice_is_refused_unwritten_and_the_next_start_is_
     result = run_main("--settings", str(path))
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        f"delta merge: sink.path {tmp_path / 'output'}: batch 0 holds 2 rows of one key (key, sink.delta.key_columns),"
+        f"delta sink: sink.path {tmp_path / 'output'}: batch 0 holds 2 rows of one key (key, sink.delta.key_columns),"
         " and a MERGE by key takes one row per key; nothing of the batch was written. Set sink.delta.key_columns to"
         " the output columns that identify a result row (or make the query emit one row per key), then start again:"
         " the batch runs again"

@@ -6,6 +6,7 @@ import json
 import pickle
 from datetime import datetime
 
+import pytest
 from deltalake import DeltaTable
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.job.endpoints.delta import DeltaLakeBatchWriter, committed_version
@@ -97,3 +98,21 @@ def test_show_output_reads_the_delta_table(spark, write_settings, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"2 rows in {table}" in result.stdout
     assert "|2026-01-01 00:00:00|a  |3     |" in result.stdout
+
+
+def test_a_table_deleted_while_the_job_runs_is_not_made_again_with_only_the_later_batches(spark, tmp_path):
+    import shutil
+
+    from stream_job.machinery.core.delta_merge import MergeRefused
+
+    path = str(tmp_path / "table")
+    writer = writer_of(tmp_path, path, "query-1")
+    writer(rows(spark, (0, "a", 3)), 0)
+    shutil.rmtree(path)
+    with pytest.raises(MergeRefused) as refused:
+        writer(rows(spark, (1, "a", 2)), 1)
+    assert refused.value.line.startswith(
+        f"sink.path {path}: the Delta table this job wrote to is gone (deleted or moved while the job ran); nothing"
+        " of batch 1 was written, and a new table would hold only what follows. Put the table back and start again"
+    )
+    assert not (tmp_path / "table").exists()

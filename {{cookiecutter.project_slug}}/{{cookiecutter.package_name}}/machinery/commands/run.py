@@ -320,11 +320,11 @@ def bad_record_advice(message: str, settings: Settings) -> list[str]:
 
 
 def merge_refused(message: str) -> list[str]:
-    """A batch the Delta MERGE refused (job/endpoints/delta.py): its one line, which says the batch runs again."""
+    """A batch the Delta writer refused (job/endpoints/delta.py): its one line, which says the way on."""
     from ..core.delta_merge import MERGE_REFUSED
 
     found = re.search(MERGE_REFUSED + r" (.+?)(?: SQLSTATE: \w+)*$", message, re.M)
-    return [] if found is None else [f"delta merge: {found.group(1)}"]
+    return [] if found is None else [f"delta sink: {found.group(1)}"]
 
 
 def _state_version(path: str) -> str:

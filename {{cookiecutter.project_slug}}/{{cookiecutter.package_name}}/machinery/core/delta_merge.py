@@ -91,6 +91,14 @@ def conflict_line(path: str, batch_id: int, error: str) -> str:
     )
 
 
+def table_gone_line(path: str, batch_id: int, start_over: str) -> str:
+    return (
+        f"sink.path {path}: the Delta table this job wrote to is gone (deleted or moved while the job ran);"
+        f" nothing of batch {batch_id} was written, and a new table would hold only what follows. Put the table"
+        f" back and start again (the batch runs again), or {start_over}"
+    )
+
+
 def schema_line(path: str, table: list[str], output: list[str]) -> str:
     return (
         f"sink.path {path} is a Delta table of columns ({', '.join(table)}) but the query's output is"

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ...core.checkpoint.files import START_OVER
 from ...core.checkpoint.path_records import json_line
 from ...core.checkpoint.sink_log import DELTA_LOG
 from ...core.delta_merge import (
@@ -41,6 +42,7 @@ from ...core.delta_merge import (
     merge_condition,
     quoted,
     repeated_key_line,
+    table_gone_line,
 )
 from ..spark_errors import spark_errors
 
@@ -75,6 +77,14 @@ class _BatchWriter:
             self._query_id = str(json.loads(line[0])["id"])  # type: ignore[index]
         return self._query_id
 
+    def table_there(self, exists: bool, batch_id: int) -> bool:
+        """`exists`, checked against what this process saw: a table it wrote to that is gone now would be
+        made again, holding only the batches from here on, its earlier results lost without a word."""
+        if self._table_seen and not exists:
+            raise MergeRefused(table_gone_line(self.path, batch_id, START_OVER))
+        self._table_seen = True  # there, or made by this batch
+        return exists
+
     def refuse_repeated_key(self, batch_id: int, most_rows_of_a_key: int) -> None:
         if self.key is not None and most_rows_of_a_key > 1:
             raise MergeRefused(repeated_key_line(self.path, self.key, batch_id, most_rows_of_a_key))
@@ -102,7 +112,7 @@ class DeltaLakeBatchWriter(_BatchWriter):
         if self.key is not None:
             self.refuse_repeated_key(batch_id, _most_rows_of_a_key(rows, self.key))
         try:
-            new_table = committed_version(self.path, None) < 0
+            new_table = not self.table_there(committed_version(self.path, None) >= 0, batch_id)
             if self.key is None or rows.num_rows == 0 or new_table:
                 capped = {"delta.targetFileSize": str(TARGET_FILE_BYTES)} if self.key and new_table else None
                 write_deltalake(self.path, rows, mode="append", configuration=capped, commit_properties=committed)
@@ -141,7 +151,7 @@ class DeltaSparkMergeWriter(_BatchWriter):
         try:
             rows, most, batch_range = self._figures(batch)
             self.refuse_repeated_key(batch_id, most)
-            if rows == 0 or not self._table_exists(batch):
+            if rows == 0 or not self.table_there(self._table_exists(batch), batch_id):
                 # A new table, or an empty batch: an append, which takes the transaction as options.
                 batch.write.format("delta").mode("append").option("txnAppId", app_id).option(
                     "txnVersion", batch_id
@@ -188,14 +198,10 @@ class DeltaSparkMergeWriter(_BatchWriter):
         return rows, most, BatchRange(figures[2], figures[3], bool(figures[4])) if bounded else None
 
     def _table_exists(self, batch: DataFrame) -> bool:
-        """Whether the table is there: asked until it is, once per process (a table is not deleted under a
-        running job: a start checks that it holds what the checkpoint committed)."""
-        if not self._table_seen:
-            try:  # reading the schema reads the table's log: an error without a table
-                self._table_seen = bool(batch.sparkSession.read.format("delta").load(self.path).columns)
-            except spark_errors():
-                return False
-        return self._table_seen
+        try:  # reading the schema reads the table's log: an error without a table
+            return bool(batch.sparkSession.read.format("delta").load(self.path).columns)
+        except spark_errors():
+            return False
 
 
 def _most_rows_of_a_key(rows, key: MergeKey) -> int:

@@ -98,7 +98,9 @@ class DeltaLakeBatchWriter(_BatchWriter):
         from deltalake.exceptions import CommitFailedError
 
         app_id = self.query_id(batch)
-        if committed_version(self.path, app_id) >= batch_id:
+        table = self.table()  # read once: its log replayed takes milliseconds per thousand files
+        recorded = None if table is None else table.transaction_version(app_id)
+        if recorded is not None and recorded >= batch_id:
             # Still run the batch, without output: its state store updates must commit again, and
             # Spark fails the query when a stateful batch ends without them.
             batch.write.format("noop").mode("overwrite").save()
@@ -112,15 +114,16 @@ class DeltaLakeBatchWriter(_BatchWriter):
         if self.key is not None:
             self.refuse_repeated_key(batch_id, _most_rows_of_a_key(rows, self.key))
         try:
-            new_table = not self.table_there(committed_version(self.path, None) >= 0, batch_id)
-            if self.key is None or rows.num_rows == 0 or new_table:
-                capped = {"delta.targetFileSize": str(TARGET_FILE_BYTES)} if self.key and new_table else None
-                write_deltalake(self.path, rows, mode="append", configuration=capped, commit_properties=committed)
+            self.table_there(table is not None, batch_id)
+            if table is None or self.key is None or rows.num_rows == 0:
+                made = table is None and self.key is not None  # update mode makes its table with the cap
+                capped = {"delta.targetFileSize": str(TARGET_FILE_BYTES)} if made else None
+                written_to = self.path if table is None else table
+                write_deltalake(written_to, rows, mode="append", configuration=capped, commit_properties=committed)
                 return
             condition = merge_condition(self.key, _arrow_range(rows, self.key))
             (
-                self.table()
-                .merge(rows, condition, source_alias=SOURCE, target_alias=TARGET, commit_properties=committed)
+                table.merge(rows, condition, source_alias=SOURCE, target_alias=TARGET, commit_properties=committed)
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
                 .execute()
@@ -129,10 +132,14 @@ class DeltaLakeBatchWriter(_BatchWriter):
             raise MergeRefused(conflict_line(self.path, batch_id, f"CommitFailedError: {error}")) from None
 
     def table(self):
-        """The table as it stands now, which the MERGE reads and commits on top of."""
+        """The table as it stands now, which the MERGE reads and commits on top of; None without one."""
         from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
 
-        return DeltaTable(self.path)
+        try:
+            return DeltaTable(self.path)
+        except TableNotFoundError:
+            return None
 
 
 class DeltaSparkMergeWriter(_BatchWriter):

@@ -5,9 +5,10 @@ starts its Spark session as the job does (stream_job's build_session: the delta-
 Ivy cache, the project's confs). For each size it builds a Delta table laid out as the streaming job lays it
 out: a count per key for each 1-minute window (`--keys` keys), time-ordered, one file per `--windows-per-file`
 windows appended in time order (pyarrow arrays, deltalake write_deltalake, one commit per file, a log
-checkpoint at the end), so each file's min/max of window_start is narrow. The table carries the cap the
-deltalake writer makes its tables with (delta.targetFileSize = delta_merge.TARGET_FILE_BYTES); delta-spark's
-writer caps its own files (spark.sql.files.maxRecordsPerFile while it writes). Each writer gets its own copy.
+checkpoint at the end), so each file's min/max of window_start is narrow. The table is then given the cap
+the deltalake writer makes its tables with (delta.targetFileSize = delta_merge.TARGET_FILE_BYTES), which
+the MERGEs' writes follow; delta-spark's writer caps its own files (spark.sql.files.maxRecordsPerFile while
+it writes). Each writer gets its own copy.
 
 A round MERGEs a realistic batch: the newest window's keys with new counts and the next window's keys
 (2 x keys rows), as a fresh batch id (not a replay), through the template's own foreachBatch functions:
@@ -122,15 +123,15 @@ def capped() -> dict[str, str]:
 
 
 def build_table(path: Path, rows: int, keys: int, windows_per_file: int) -> float:
-    """The table of `rows` rows, one commit (one file) per windows_per_file windows, made with the deltalake
-    writer's property: seconds taken."""
+    """The table of `rows` rows, one commit (one file) per windows_per_file windows, then given the deltalake
+    writer's property (after: it would split a file bigger than the cap): seconds taken."""
     began = time.perf_counter()
     generator = np.random.default_rng(0)
     total = rows // keys
     for first in range(0, total, windows_per_file):
         count = min(windows_per_file, total - first)
-        data = windows(first, count, keys, generator.integers(1, 100, count * keys))
-        write_deltalake(path, data, mode="append", configuration=capped() if first == 0 else None)
+        write_deltalake(path, windows(first, count, keys, generator.integers(1, 100, count * keys)), mode="append")
+    DeltaTable(path).alter.set_table_properties(capped())
     DeltaTable(path).create_checkpoint()
     return time.perf_counter() - began
 
@@ -356,8 +357,8 @@ def write_results(args, results: list[dict], delta_confs: dict[str, str]) -> Non
         "# MERGE cost as the table grows (update mode into Delta)",
         "",
         f"{result['what']}. Table: {args.keys} keys per 1-minute window, time-ordered, one file per"
-        f" {args.windows_per_file} windows (one commit each, then a log checkpoint), made with the deltalake"
-        f" writer's property {capped()} (delta-spark's writer caps its files by spark.sql.files.maxRecordsPerFile"
+        f" {args.windows_per_file} windows (one commit each), then given the deltalake writer's property"
+        f" {capped()} and a log checkpoint (delta-spark's writer caps its files by spark.sql.files.maxRecordsPerFile"
         f" instead). Batch: {2 * args.keys} rows (the newest window's keys updated, the next window's inserted), a"
         f" fresh batch id each round; {args.rounds} rounds after {args.warmup} left out (and a few MERGEs per"
         " writer into a small table first), the writers alternating.",

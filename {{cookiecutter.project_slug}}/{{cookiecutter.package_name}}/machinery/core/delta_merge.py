@@ -15,13 +15,14 @@ from datetime import UTC, datetime, timedelta
 TARGET, SOURCE = "t", "s"
 # A MERGE rewrites whole every file that holds a row it updates, its inserted rows written into the same
 # new files: uncapped, the file of the open windows absorbs every window after them and the rewrite grows
-# with the table (a 300-batch run: 1,000 rows copied per batch at first, 298,000 at the end). Capped, the
-# rewrite's rows, written in the file's time order, split into files of the older windows, which the bound
-# then skips, and one of the newest: each batch copies at most about a file. Spark caps a file's rows
-# (spark.sql.files.maxRecordsPerFile, while the batch writes, unless set), delta-rs a file's bytes (the
-# table's delta.targetFileSize, set when the writer makes the table).
+# with the table (300 batches of a windowed count: 1,000 rows copied per batch at first, 299,000 at the end).
+# Capped, the rewrite's rows, written in the file's time order, split into files of the older windows, which
+# the bound then skips, and one of the newest: a batch copies at most about a file. Spark caps a file's rows
+# (spark.sql.files.maxRecordsPerFile, while the batch writes, unless set); delta-rs only its bytes (the
+# table's delta.targetFileSize, set when the writer makes the table): 1 MiB is some 50,000 rows of 20 bytes,
+# but 1 to 3 million of the benchmark's rows, which compress to 0.35 to 1.1 bytes.
 MAX_ROWS_PER_FILE = 100_000
-TARGET_FILE_BYTES = 2 * 2**20  # about MAX_ROWS_PER_FILE rows of 20 bytes, compressed
+TARGET_FILE_BYTES = 2**20
 # Marks the one line of a refused batch in Spark's report of the failure (foreachBatch's Python error).
 MERGE_REFUSED = "DELTA_MERGE_REFUSED"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

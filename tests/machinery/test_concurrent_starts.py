@@ -4,12 +4,12 @@ Ivy's cache is not safe for two processes: two JVMs resolving `--packages` toget
 corrupted each other's downloads (CI lost a run's shared session to it). The project resolves its
 connectors once into connector-jars/, under a lock on the Ivy home, and starts every JVM from those
 files. Here two jobs of one project, each needing both connectors (Kafka's source and the delta-spark
-writer), start together in three rounds, the first from an empty Ivy home, the others against the
+writer), start together in two rounds, the first from an empty Ivy home, the second against the
 warm one it left, with the project's connector-jars/ emptied again, so that every round races on a
 resolution. The Ivy home's repository is a mirror on the file system (ivysettings.xml names it, as a
 company's mirror would be named): Maven Central's files as the user's Ivy cache holds them, so that an
 empty Ivy home costs seconds of copying, not a minute of downloads: `python main.py`, and `make submit` (its `packages --submit-args`
-resolves, then spark-submit starts from the files as --jars). Beside them, from the second round on,
+resolves, then spark-submit starts from the files as --jars). Beside them, in the second round,
 `inspect` starts its own JVM on the checkpoint the round before left. Every process starts and
 finishes, every job writes its whole output.
 """
@@ -33,7 +33,7 @@ from .conftest import PROJECT_DIR, clean_env, kafka_job, project_copy, write_set
 
 pytestmark = [pytest.mark.kafka, pytest.mark.delta_spark]
 
-ROUNDS = 3  # one from an empty Ivy home, then two against the warm one (every warm round races alike)
+ROUNDS = 2  # one from an empty Ivy home, one against the warm one it left (every warm round races alike)
 WAITED = "connectors: waiting for another start resolving JARs in"
 # A repository in Ivy's own layout: the descriptors and JARs a resolution left in an Ivy cache.
 MIRROR = """<ivysettings>

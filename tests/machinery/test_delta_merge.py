@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.core.delta_merge import TARGET_FILE_BYTES, MergeKey, MergeRefused
+from stream_job.machinery.core.delta_merge import TARGET_FILE_BYTES, DeltaSinkRefused, MergeKey
 from stream_job.machinery.core.settings import SettingsError, load_settings
 from stream_job.machinery.job.endpoints.delta import TXN_APP_ID, DeltaLakeBatchWriter
 from stream_job.machinery.job.merge_key import FROM_PLAN, FROM_SETTINGS, merge_key
@@ -300,7 +300,7 @@ def test_another_writers_commit_in_between_is_one_line_and_the_batch_unwritten(s
     conflicted = CommittedMeanwhile(
         table, str(tmp_path / "checkpoint-query-1"), MergeKey(("window_start", "key"), FROM_PLAN, "window_start")
     )
-    with pytest.raises(MergeRefused) as refused:
+    with pytest.raises(DeltaSinkRefused) as refused:
         conflicted(rows(spark, (0, "key-0", 4)), 1)
     assert refused.value.line.startswith(
         f"sink.path {table}: another writer committed to the Delta table while batch 1 merged into it"

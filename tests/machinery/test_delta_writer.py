@@ -103,13 +103,13 @@ def test_show_output_reads_the_delta_table(spark, write_settings, tmp_path):
 def test_a_table_deleted_while_the_job_runs_is_not_made_again_with_only_the_later_batches(spark, tmp_path):
     import shutil
 
-    from stream_job.machinery.core.delta_merge import MergeRefused
+    from stream_job.machinery.core.delta_merge import DeltaSinkRefused
 
     path = str(tmp_path / "table")
     writer = writer_of(tmp_path, path, "query-1")
     writer(rows(spark, (0, "a", 3)), 0)
     shutil.rmtree(path)
-    with pytest.raises(MergeRefused) as refused:
+    with pytest.raises(DeltaSinkRefused) as refused:
         writer(rows(spark, (1, "a", 2)), 1)
     assert refused.value.line.startswith(
         f"sink.path {path}: the Delta table this job wrote to is gone (deleted or moved while the job ran); nothing"

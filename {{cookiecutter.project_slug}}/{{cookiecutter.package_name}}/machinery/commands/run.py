@@ -121,7 +121,7 @@ def _run(
         run_query(spark, settings, args.max_batches, args.timeout, held=held)
     except StreamingQueryException as error:
         chain = message_chain(error)
-        refused = bad_record_advice(chain, settings) + merge_refused(chain)
+        refused = bad_record_advice(chain, settings) + delta_sink_refusal(chain)
         if refused:  # bad input: its one line says where, what and the ways on; the checkpoint is fine
             print(*refused, sep="\n", file=sys.stderr)
             return EXIT_QUERY_FAILED
@@ -319,11 +319,11 @@ def bad_record_advice(message: str, settings: Settings) -> list[str]:
     ]
 
 
-def merge_refused(message: str) -> list[str]:
+def delta_sink_refusal(message: str) -> list[str]:
     """A batch the Delta writer refused (job/endpoints/delta.py): its one line, which says the way on."""
-    from ..core.delta_merge import MERGE_REFUSED
+    from ..core.delta_merge import DELTA_SINK_REFUSED
 
-    found = re.search(MERGE_REFUSED + r" (.+?)(?: SQLSTATE: \w+)*$", message, re.M)
+    found = re.search(DELTA_SINK_REFUSED + r" (.+?)(?: SQLSTATE: \w+)*$", message, re.M)
     return [] if found is None else [f"delta sink: {found.group(1)}"]
 
 

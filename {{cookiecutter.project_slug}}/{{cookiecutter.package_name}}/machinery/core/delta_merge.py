@@ -24,7 +24,7 @@ TARGET, SOURCE = "t", "s"
 MAX_ROWS_PER_FILE = 100_000
 TARGET_FILE_BYTES = 2**20
 # Marks the one line of a refused batch in Spark's report of the failure (foreachBatch's Python error).
-MERGE_REFUSED = "DELTA_MERGE_REFUSED"
+DELTA_SINK_REFUSED = "DELTA_SINK_REFUSED"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -46,11 +46,11 @@ class BatchRange:
     has_null: bool
 
 
-class MergeRefused(Exception):
-    """A batch the MERGE refuses: its message is the one line, after the marker."""
+class DeltaSinkRefused(Exception):
+    """A batch a Delta writer refuses: its message is the one line, after the marker."""
 
     def __init__(self, line: str):
-        super().__init__(f"{MERGE_REFUSED} {line}")
+        super().__init__(f"{DELTA_SINK_REFUSED} {line}")
         self.line = line
 
 

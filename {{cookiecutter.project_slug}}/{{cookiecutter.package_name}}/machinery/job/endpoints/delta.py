@@ -36,8 +36,8 @@ from ...core.delta_merge import (
     TARGET,
     TARGET_FILE_BYTES,
     BatchRange,
+    DeltaSinkRefused,
     MergeKey,
-    MergeRefused,
     conflict_line,
     merge_condition,
     quoted,
@@ -81,13 +81,13 @@ class _BatchWriter:
         """`exists`, checked against what this process saw: a table it wrote to that is gone now would be
         made again, holding only the batches from here on, its earlier results lost without a word."""
         if self._table_seen and not exists:
-            raise MergeRefused(table_gone_line(self.path, batch_id, START_OVER))
+            raise DeltaSinkRefused(table_gone_line(self.path, batch_id, START_OVER))
         self._table_seen = True  # there, or made by this batch
         return exists
 
     def refuse_repeated_key(self, batch_id: int, most_rows_of_a_key: int) -> None:
         if self.key is not None and most_rows_of_a_key > 1:
-            raise MergeRefused(repeated_key_line(self.path, self.key, batch_id, most_rows_of_a_key))
+            raise DeltaSinkRefused(repeated_key_line(self.path, self.key, batch_id, most_rows_of_a_key))
 
 
 class DeltaLakeBatchWriter(_BatchWriter):
@@ -129,7 +129,7 @@ class DeltaLakeBatchWriter(_BatchWriter):
                 .execute()
             )
         except CommitFailedError as error:
-            raise MergeRefused(conflict_line(self.path, batch_id, f"CommitFailedError: {error}")) from None
+            raise DeltaSinkRefused(conflict_line(self.path, batch_id, f"CommitFailedError: {error}")) from None
 
     def table(self):
         """The table as it stands now, which the MERGE reads and commits on top of; None without one."""
@@ -180,7 +180,7 @@ class DeltaSparkMergeWriter(_BatchWriter):
                 spark.catalog.dropTempView(view)
         except spark_errors() as error:
             if any(conflict in str(error) for conflict in _CONFLICTS):
-                raise MergeRefused(conflict_line(self.path, batch_id, _first_line(error))) from None
+                raise DeltaSinkRefused(conflict_line(self.path, batch_id, _first_line(error))) from None
             raise
         finally:
             batch.unpersist()

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from .checkpoint.files import START_OVER
+
 TARGET, SOURCE = "t", "s"
 # A MERGE rewrites whole every file that holds a row it updates, its inserted rows written into the same
 # new files: uncapped, the file of the open windows absorbs every window after them and the rewrite grows
@@ -92,11 +94,11 @@ def conflict_line(path: str, batch_id: int, error: str) -> str:
     )
 
 
-def table_gone_line(path: str, batch_id: int, start_over: str) -> str:
+def table_gone_line(path: str, batch_id: int) -> str:
     return (
         f"sink.path {path}: the Delta table this job wrote to is gone (deleted or moved while the job ran);"
         f" nothing of batch {batch_id} was written, and a new table would hold only what follows. Put the table"
-        f" back and start again (the batch runs again), or {start_over}"
+        f" back and start again (the batch runs again), or {START_OVER}"
     )
 
 

@@ -17,6 +17,7 @@ from pyspark.sql.types import StructType, TimestampType
 
 from ..core.delta_merge import MergeKey, schema_line
 from ..core.settings import Settings, SettingsError, SinkSettings
+from .output_check import columns
 from .plan_source import PlanNode, analyzed_plan, column, items, split_top
 
 # Nodes above the aggregation that keep, drop or rename its columns, row for row.
@@ -133,6 +134,5 @@ def table_columns_refusal(settings: Settings, result: DataFrame) -> str | None:
         schema = StructType.fromJson(json.loads(DeltaTable(settings.sink.path).schema().to_json()))
     except (ImportError, DeltaError, OSError):  # TableNotFoundError is a DeltaError
         return None
-    table = [f"{field.name} {field.dataType.simpleString()}" for field in schema.fields]
-    output = [f"{field.name} {field.dataType.simpleString()}" for field in result.schema.fields]
-    return None if sorted(table) == sorted(output) else schema_line(settings.sink.path, table, output)
+    table, output = columns(schema), columns(result.schema)
+    return None if sorted(table) == sorted(output) else schema_line(settings.sink.path, list(table), list(output))

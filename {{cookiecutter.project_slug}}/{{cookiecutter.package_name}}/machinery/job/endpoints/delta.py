@@ -27,7 +27,6 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ...core.checkpoint.files import START_OVER
 from ...core.checkpoint.path_records import json_line
 from ...core.checkpoint.sink_log import DELTA_LOG
 from ...core.delta_merge import (
@@ -44,6 +43,7 @@ from ...core.delta_merge import (
     repeated_key_line,
     table_gone_line,
 )
+from ...core.text import first_line
 from ..spark_errors import spark_errors
 
 # The session confs through which Delta makes a MERGE idempotent (Delta 2.3 and later).
@@ -81,7 +81,7 @@ class _BatchWriter:
         """`exists`, checked against what this process saw: a table it wrote to that is gone now would be
         made again, holding only the batches from here on, its earlier results lost without a word."""
         if self._table_seen and not exists:
-            raise DeltaSinkRefused(table_gone_line(self.path, batch_id, START_OVER))
+            raise DeltaSinkRefused(table_gone_line(self.path, batch_id))
         self._table_seen = True  # there, or made by this batch
         return exists
 
@@ -129,17 +129,13 @@ class DeltaLakeBatchWriter(_BatchWriter):
                 .execute()
             )
         except CommitFailedError as error:
-            raise DeltaSinkRefused(conflict_line(self.path, batch_id, f"CommitFailedError: {error}")) from None
+            raise DeltaSinkRefused(
+                conflict_line(self.path, batch_id, f"CommitFailedError: {first_line(str(error))}")
+            ) from None
 
     def table(self):
         """The table as it stands now, which the MERGE reads and commits on top of; None without one."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        try:
-            return DeltaTable(self.path)
-        except TableNotFoundError:
-            return None
+        return open_table(self.path)
 
 
 class DeltaSparkMergeWriter(_BatchWriter):
@@ -180,7 +176,7 @@ class DeltaSparkMergeWriter(_BatchWriter):
                 spark.catalog.dropTempView(view)
         except spark_errors() as error:
             if any(conflict in str(error) for conflict in _CONFLICTS):
-                raise DeltaSinkRefused(conflict_line(self.path, batch_id, _first_line(error))) from None
+                raise DeltaSinkRefused(conflict_line(self.path, batch_id, first_line(str(error)))) from None
             raise
         finally:
             batch.unpersist()
@@ -229,21 +225,21 @@ def _arrow_range(rows, key: MergeKey) -> BatchRange | None:
     return BatchRange(extremes["min"], extremes["max"], values.null_count > 0)
 
 
-def _first_line(error: BaseException) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-
-
-def committed_version(path: str, app_id: str | None) -> int:
-    """The last batch id the table recorded for this query, or -1 when there is none (or no table yet);
-    app_id None: the table's own version, -1 without a table."""
+def open_table(path: str):
+    """The Delta table at `path` as it stands now, None without one."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        table = DeltaTable(path)
+        return DeltaTable(path)
     except TableNotFoundError:
-        return -1
-    version = table.version() if app_id is None else table.transaction_version(app_id)
+        return None
+
+
+def committed_version(path: str, app_id: str) -> int:
+    """The last batch id the table recorded for this query, or -1 when there is none (or no table yet)."""
+    table = open_table(path)
+    version = None if table is None else table.transaction_version(app_id)
     return -1 if version is None else version
 
 

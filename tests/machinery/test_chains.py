@@ -469,23 +469,45 @@ def stateful_query(events, query, join_events=None):
     unique = events.withWatermark("event_time", query.watermark).dropDuplicatesWithinWatermark(["event_id"])
     return _counted(unique, query, join_events)
 '''
+WATERMARK_IN_A_ROW = '''
+_counted = stateful_query
 
 
-def test_a_second_watermark_after_a_stateful_operator_is_refused_before_the_first_batch(tmp_path):
-    # Spark itself runs this query and fails its first batch ("Redefining watermark is disallowed").
+def stateful_query(events, query, join_events=None):
+    """The starter's count on a stream whose watermark is set right before the count sets its own."""
+    return _counted(events.withWatermark("event_time", "2 minutes"), query, join_events)
+'''
+SECOND_WATERMARKS = {
+    "after-a-stateful-operator": (
+        WATERMARK_TWICE,
+        "it sets a watermark (withWatermark) after a stateful operator (deduplication); Spark refuses to redefine"
+        " the watermark in a query of several stateful operators (spark.sql.streaming.statefulOperator.allowMultiple):"
+        " set it once, on the input, before the first stateful operator",
+    ),
+    # Spark runs batch 0 and writes its output, then fails ("Redefining watermark is disallowed").
+    "twice-in-a-row": (
+        WATERMARK_IN_A_ROW,
+        'it sets the watermark twice on one stream (withWatermark("event_time", "2 minutes"), then'
+        ' withWatermark("event_time", "1 minutes")); Spark refuses to redefine a watermark, at the first batch that'
+        " moves it: set it once",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SECOND_WATERMARKS))
+def test_a_second_watermark_is_refused_before_the_first_batch(tmp_path, case):
+    # Spark itself runs these queries and fails a first batch ("Redefining watermark is disallowed").
+    code, why = SECOND_WATERMARKS[case]
     add_files(tmp_path / "landing", CHAINS["count-then-count"], 1, None)
     path = write_settings_file(tmp_path / "settings.yaml", chain_settings(tmp_path, CHAINS["count-then-count"]))
-    for command in ("run", "estimate"):
-        with edited_query(replaced(WATERMARK_TWICE)):
+    for command in ("run", "check", "estimate"):
+        with edited_query(replaced(code)):
             run = run_cli(command, "--settings", str(path))
         assert run.returncode == 2, run.stderr[-3000:]
-        assert run.stderr.splitlines()[-1] == (
-            "query error: Spark refuses the query of stream_job.query: it sets a watermark (withWatermark) after a"
-            " stateful operator (deduplication); Spark refuses to redefine the watermark in a query of several"
-            " stateful operators (spark.sql.streaming.statefulOperator.allowMultiple): set it once, on the input,"
-            " before the first stateful operator; change the query (no batch ran)"
-        )
-    assert committed_batches(tmp_path / "checkpoint") == []
+        assert run.stderr.splitlines() == [
+            f"query error: Spark refuses the query of stream_job.query: {why}; change the query (no batch ran)"
+        ]
+    assert not (tmp_path / "checkpoint").exists() and not (tmp_path / "output").exists()
 
 
 # The join bake's example query (query.py of a stream_stream_join project), written into another bake.

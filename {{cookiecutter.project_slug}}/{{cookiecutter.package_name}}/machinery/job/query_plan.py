@@ -139,11 +139,19 @@ _WATERMARKED_COLUMN = re.compile(r"#\d+-T\d+ms")
 
 
 def _refuse_a_second_watermark(root: PlanNode) -> None:
-    """Spark fails a query of several stateful operators at its first batch when a watermark is set
-    after one of them ("Redefining watermark is disallowed"): said before it starts instead."""
+    """Spark fails a query at the first batch that moves the watermark when a watermark is set on a stream
+    that already has one ("Redefining watermark is disallowed"), twice in a row or after a stateful operator
+    of a watermarked stream: said before it starts instead."""
     for node in root.walk():
         if node.kind != "EventTimeWatermark":
             continue
+        again = _watermark_before(node.children)
+        if again is not None:
+            raise QueryRefused(
+                f"it sets the watermark twice on one stream (withWatermark{_watermark_call(again)}, then"
+                f" withWatermark{_watermark_call(node)}); Spark refuses to redefine a watermark, at the first batch"
+                " that moves it: set it once"
+            )
         below = next((n for n in list(node.walk())[1:] if _is_stateful(n) and _watermarked(n)), None)
         if below is not None:
             raise QueryRefused(
@@ -152,6 +160,24 @@ def _refuse_a_second_watermark(root: PlanNode) -> None:
                 " (spark.sql.streaming.statefulOperator.allowMultiple): set it once, on the input, before the"
                 " first stateful operator"
             )
+
+
+def _watermark_before(nodes: list[PlanNode]) -> PlanNode | None:
+    """The first watermark set on the stream below these nodes with no stateful operator between (those a
+    stateful operator passes on are _refuse_a_second_watermark's other case)."""
+    for node in nodes:
+        if node.kind == "EventTimeWatermark":
+            return node
+        found = None if _is_stateful(node) else _watermark_before(node.children)
+        if found is not None:
+            return found
+    return None
+
+
+def _watermark_call(node: PlanNode) -> str:
+    """A watermark node as the call that made it: `("event_time", "1 minutes")` (Spark prints the delay so)."""
+    typed_column, delay = node.arguments[-2:]
+    return f'("{_name(typed_column.split(": ")[0])}", "{delay}")'
 
 
 # Spark's switch for its checks of a streaming query against the output mode (on by default).

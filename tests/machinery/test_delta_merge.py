@@ -33,6 +33,7 @@ from .conftest import (
     DEFAULT_OPERATOR,
     clean_env,
     committed_batches,
+    deep_merge,
     digest,
     edited_query,
     files_job,
@@ -327,3 +328,49 @@ def test_the_txn_confs_set_on_a_batchs_session_stay_in_that_querys_session(spark
         writer.option("checkpointLocation", str(tmp_path / name)).start().awaitTermination()
     assert seen == [None, None]
     assert spark.conf.get(TXN_APP_ID, None) is None
+
+
+# Steps after the count that drop or change a row an earlier batch wrote (a HAVING is the same Filter).
+AFTER_THE_COUNT = {
+    "filter": (".where(F.col('events') < 40)", "Filter `(events < cast(40 as bigint))`"),
+    "explode": (
+        ".withColumn('copy', F.explode(F.array(F.lit(1), F.lit(2))))",
+        "Generate `explode(array(1, 2)), false, [copy]`",
+    ),
+}
+
+
+def after_the_count(step: str) -> dict[str, str]:
+    return {STARTER_SELECT: f"{STARTER_SELECT}\n        {step}"}
+
+
+@pytest.mark.parametrize("step", list(AFTER_THE_COUNT))
+def test_a_step_after_the_count_that_drops_or_changes_rows_is_refused_in_update_mode(write_settings, tmp_path, step):
+    """A window that passed the filter once and fails it later would keep its old row in the table for ever
+    (update mode writes a result again only when it changes): refused before anything starts, into Delta (by
+    the plan's key or by key_columns) and into Kafka; the starter's projection, and another one, pass."""
+    code, shown = AFTER_THE_COUNT[step]
+    refusal = (
+        f"settings error: sink.output_mode is update, but the query passes the results of its last aggregation"
+        f" through a {shown}: update mode writes a result again only when it changes, so one that passed once and is"
+        " dropped or changed later keeps its earlier {kept} for ever. Filter where {read} is read, or before the"
+        " aggregation, or set sink.output_mode to append"
+    )
+    into_delta = write_settings(update_job(tmp_path, "deltalake"))
+    named_key = write_settings(update_job(tmp_path, "deltalake", key_columns=["window_start", "key"]), "named.yaml")
+    into_kafka = write_settings(
+        deep_merge(files_job(tmp_path, "kafka", "hdfs"), {"sink": {"output_mode": "update"}}), "k.yaml"
+    )
+    delta_line = refusal.format(kept="row in the Delta table", read="the table")
+    with edited_query(after_the_count(code)):
+        for command, path, line in [
+            ("run", into_delta, delta_line),
+            ("check", into_delta, delta_line),
+            ("run", named_key, delta_line),
+            ("check", into_kafka, refusal.format(kept="record in the topic", read="the topic")),
+        ]:
+            result = run_cli(command, "--settings", str(path))
+            assert (result.returncode, result.stderr.splitlines()) == (2, [line]), result.stderr[-3000:]
+    assert not (tmp_path / "checkpoint").exists() and not (tmp_path / "output").exists()
+    with edited_query(after_the_count(".withColumn('twice', F.col('events') * 2)")):
+        assert run_cli("check", "--settings", str(into_delta)).returncode == 0

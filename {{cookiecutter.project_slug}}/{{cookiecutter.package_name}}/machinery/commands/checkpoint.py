@@ -92,7 +92,7 @@ def _plan_fit(
     (state_fit.py), else returns the operators, the state schema changes Spark accepts and what of
     Spark's checks only the start can make (on Spark Connect)."""
     from ..core.plan_operators import chain, flow_order
-    from ..job.merge_key import checked_merge
+    from ..job.merge_key import checked_output
     from ..job.query_plan import CONNECT_UNCHECKED, read_plan, stand_in_result
     from ..job.remote import is_connect
     from ..job.state_fit import check_fit
@@ -100,8 +100,9 @@ def _plan_fit(
     result = stand_in_result(spark, settings)
     plan = read_plan(result)
     _, evolutions = check_fit(result, plan, settings, held, record_key=False)
-    if settings.sink.merges:
-        print(f"sink: {checked_merge(result, settings)}")
+    merged_by = checked_output(result, settings)
+    if merged_by:
+        print(f"sink: {merged_by}")
     unchecked = CONNECT_UNCHECKED if is_connect(spark) else None
     return chain([operator.kind for operator in flow_order(plan)]), evolutions, unchecked
 

@@ -19,9 +19,17 @@ from ..core.delta_merge import MergeKey, schema_line
 from ..core.settings import Settings, SettingsError, SinkSettings
 from .output_check import columns
 from .plan_source import PlanNode, analyzed_plan, column, items, split_top
+from .query_plan import is_stateful
 
-# Nodes above the aggregation that keep, drop or rename its columns, row for row.
-_PASS_THROUGH = ("Project", "Filter", "SubqueryAlias")
+# Nodes above the aggregation that write each of its rows as it is, keeping, dropping or renaming columns.
+_PASS_THROUGH = ("Project", "SubqueryAlias", "Repartition", "RepartitionByExpression")
+# The stateful nodes whose rows are written once, final, in update mode too (the others write a key's row
+# again as it changes: an aggregation, transformWithState).
+_WRITTEN_ONCE = ("Deduplicate", "DeduplicateWithinWatermark", "Join", "GlobalLimit")
+# Where update mode writes a result again over the one before, by its key: the row a MERGE replaces, the
+# record whose key's consumers keep the latest.
+KEPT_BY_KEY = {"delta": ("row in the Delta table", "the table"), "kafka": ("record in the topic", "the topic")}
+_SHOWN_CHARS = 100
 _ID = re.compile(r"#(\d+)")
 _WATERMARKED_ID = re.compile(r"#\d+L?(?:-T\d+ms)?")
 FROM_PLAN = "the grouping columns of the query's last aggregation"
@@ -98,6 +106,39 @@ def plan_key(root: PlanNode) -> tuple[list[str], str | None]:
     return [_name(item) for item in top if _own_id(item) in keys], None
 
 
+def changed_rows_refusal(result: DataFrame, sink: SinkSettings) -> str | None:
+    """In update mode into an output kept by key (KEPT_BY_KEY), one line when a step between the last
+    stateful operator that writes a key's row again and the output can drop or change a row after an earlier
+    batch wrote it (a filter, a HAVING, an explode, a join with a table): the row written before stays, so the
+    output no longer equals the query run as a batch job. None where no such step is."""
+    if sink.output_mode != "update" or sink.type not in KEPT_BY_KEY:
+        return None
+    node, changing = analyzed_plan(result), None
+    while not is_stateful(node):
+        if changing is None and node.kind not in _PASS_THROUGH:
+            changing = node
+        streams = [child for child in node.children if child.streaming]
+        if not streams:
+            return None  # no stateful operator: each row is written once
+        node = streams[0]
+    if changing is None or node.kind in _WRITTEN_ONCE:
+        return None
+    kept, read = KEPT_BY_KEY[sink.type]
+    stateful = "aggregation" if node.kind == "Aggregate" else f"stateful operator ({node.kind})"
+    return (
+        f"sink.output_mode is update, but the query passes the results of its last {stateful} through a"
+        f" {changing.kind} `{_shown(changing.text)}`: update mode writes a result again only when it changes, so one"
+        f" that passed once and is dropped or changed later keeps its earlier {kept} for ever. Filter where"
+        f" {read} is read, or before the {stateful.split(' (')[0]}, or set sink.output_mode to append"
+    )
+
+
+def _shown(text: str) -> str:
+    """A node's arguments without the ids Spark numbers columns by, cut short."""
+    plain = _WATERMARKED_ID.sub("", text.split("\n", 1)[0])
+    return plain if len(plain) <= _SHOWN_CHARS else plain[:_SHOWN_CHARS] + "..."
+
+
 def _expression(item: str) -> str:
     *body, alias = split_top(item, " AS ")
     return " AS ".join(body) if body and column(alias) else item
@@ -113,9 +154,15 @@ def _name(item: str) -> str:
     return found[0] if found else item
 
 
-def checked_merge(result: DataFrame, settings: Settings) -> str:
-    """Before a start (and `check`): the key and the table's columns, each misfit a SettingsError; the
-    line that says what each batch is MERGEd by."""
+def checked_output(result: DataFrame, settings: Settings) -> str | None:
+    """Before a start (and `check`), in update mode: the steps after the last stateful operator
+    (changed_rows_refusal) and, into Delta, the key and the table's columns, each misfit a SettingsError;
+    the line that says what each batch is MERGEd by (None but into Delta)."""
+    refused = changed_rows_refusal(result, settings.sink)
+    if refused:
+        raise SettingsError([refused])
+    if not settings.sink.merges:
+        return None
     key = merge_key(result, settings.sink)
     misfit = table_columns_refusal(settings, result)
     if misfit:

@@ -39,7 +39,7 @@ def read_plan(result: DataFrame) -> list[PlanOperator]:
     root = analyzed_plan(result)
     _refuse_a_second_watermark(root)
     watermarks = {id(node): node.arguments[-1] for node in root.walk() if node.kind == "EventTimeWatermark"}
-    stateful = [node for node in root.walk() if _is_stateful(node)]
+    stateful = [node for node in root.walk() if is_stateful(node)]
     ids = {id(node): number for number, node in enumerate(stateful)}
     declared = iter(declared_variables(result) if any(node.kind == PLAN_NODE for node in stateful) else ())
     operators = []
@@ -152,7 +152,7 @@ def _refuse_a_second_watermark(root: PlanNode) -> None:
                 f" withWatermark{_watermark_call(node)}); Spark refuses to redefine a watermark, at the first batch"
                 " that moves it: set it once"
             )
-        below = next((n for n in list(node.walk())[1:] if _is_stateful(n) and _watermarked(n)), None)
+        below = next((n for n in list(node.walk())[1:] if is_stateful(n) and _watermarked(n)), None)
         if below is not None:
             raise QueryRefused(
                 f"it sets a watermark (withWatermark) after a stateful operator ({_kind(below, _window_shape(below))});"
@@ -168,7 +168,7 @@ def _watermark_before(nodes: list[PlanNode]) -> PlanNode | None:
     for node in nodes:
         if node.kind == "EventTimeWatermark":
             return node
-        found = None if _is_stateful(node) else _watermark_before(node.children)
+        found = None if is_stateful(node) else _watermark_before(node.children)
         if found is not None:
             return found
     return None
@@ -209,7 +209,7 @@ def _watermarked(node: PlanNode) -> bool:
     return any(n.kind == "EventTimeWatermark" for n in node.walk())
 
 
-def _is_stateful(node: PlanNode) -> bool:
+def is_stateful(node: PlanNode) -> bool:
     if node.kind == "Join":
         return len(node.children) == 2 and all(child.streaming for child in node.children)
     if node.kind in ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "GlobalLimit"):
@@ -308,7 +308,7 @@ def _window_shape(node: PlanNode) -> _WindowShape:
     if node.kind != "Aggregate":
         return _WindowShape()
     for below in list(node.walk())[1:]:
-        if _is_stateful(below):
+        if is_stateful(below):
             break
         projections = items(below.arguments[0]) if below.kind == "Project" else []
         if below.kind == "Expand":

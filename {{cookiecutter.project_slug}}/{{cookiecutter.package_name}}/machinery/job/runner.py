@@ -17,7 +17,7 @@ from .driver_jvm import jvm_ran_out_of_memory
 from .endpoints.sinks import start_query
 from .endpoints.sources import read_events
 from .heap import OutOfMemory, local_probe, out_of_memory_line, start_warning
-from .merge_key import checked_merge
+from .merge_key import checked_output
 from .progress import ProgressPrinter, StateWatchdog
 from .python_modules import require_operator_modules
 from .query_plan import query_result, read_plan
@@ -99,8 +99,9 @@ def run_query(
     progress_to = sys.stdout if progress_to is None else progress_to  # the standard output of now, not of import time
     remarks_to = monitoring.remarks_to(progress_to)
     result = build_result(spark, settings)
-    if settings.sink.merges:  # the key and the table's columns, before anything is written
-        print(f"sink: {checked_merge(result, settings)}", file=remarks_to, flush=True)
+    merged_by = checked_output(result, settings)  # before anything is written
+    if merged_by:
+        print(f"sink: {merged_by}", file=remarks_to, flush=True)
     plan = follow_plan(result, settings, held, remarks_to)
     refuse_too_few_slots(spark, settings, plan, remarks_to)
     endless = None if max_batches is not None else settings.endless_run(plan)

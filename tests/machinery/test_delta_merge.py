@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,12 +26,15 @@ from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.delta_merge import TARGET_FILE_BYTES, DeltaSinkRefused, MergeKey
 from stream_job.machinery.core.settings import SettingsError, load_settings
 from stream_job.machinery.job.endpoints.delta import TXN_APP_ID, DeltaLakeBatchWriter
+from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 from stream_job.machinery.job.merge_key import FROM_PLAN, FROM_SETTINGS, merge_key
+from stream_job.machinery.job.state_fit import KeyRecord
 from stream_job.machinery.testing import run_batch
 
 from .conftest import (
     BAKED_OPERATOR,
     DEFAULT_OPERATOR,
+    batch_expectation,
     clean_env,
     committed_batches,
     deep_merge,
@@ -374,3 +378,79 @@ def test_a_step_after_the_count_that_drops_or_changes_rows_is_refused_in_update_
     assert not (tmp_path / "checkpoint").exists() and not (tmp_path / "output").exists()
     with edited_query(after_the_count(".withColumn('twice', F.col('events') * 2)")):
         assert run_cli("check", "--settings", str(into_delta)).returncode == 0
+
+
+# What a switch of sink.output_mode does to the windows a checkpoint holds open (job/guard.py's lines).
+SWITCHED_TO = {
+    "update": "its state holds results not written yet (windows still open), which append mode writes once final;"
+    " update mode writes a result only in a batch that changes it, so those the watermark closes without a new"
+    " event would never be written.",
+    "append": "update mode has written the results still open in its state (a window's count so far); append mode"
+    " would write each again once final, beside the first.",
+}
+
+
+def mode_switch_line(checkpoint: Path, written: str, switched: str, origin: str) -> str:
+    return (
+        f"checkpoint error: sink.output_mode is {switched} in settings, but the checkpoint {checkpoint} holds"
+        f" {written}: the output mode its results were written in ({origin}); {SWITCHED_TO[switched]} Either set"
+        f" sink.output_mode back to {written}, or set query.checkpoint_location to a new directory and sink.path to"
+        " an empty one, and reprocess the input from the start (the existing state cannot be converted)."
+    )
+
+
+def without_recorded_mode(checkpoint: Path) -> None:
+    """The state key record as a checkpoint of an earlier version holds it: no output mode."""
+    for part in (checkpoint / "state_key").glob("part-*"):
+        records = [json.loads(line) for line in part.read_text().splitlines()]
+        part.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "output_mode"}) + "\n" for r in records))
+
+
+@pytest.mark.parametrize(("written", "switched"), [("append", "update"), ("update", "append")])
+def test_an_output_mode_switch_on_open_windows_is_refused_and_set_back_nothing_is_lost_or_repeated(
+    spark, write_settings, tmp_path, written, switched
+):
+    """Spark records no output mode. Append -> update on a checkpoint holding open windows: those the
+    watermark then closed without a new event were never written; update -> append: a window MERGEd while
+    open was appended again once closed. Both refused before anything starts, by the mode recorded in the
+    checkpoint or, for a checkpoint of an earlier version, read from the table's log; the checkpoint and the
+    table byte for byte as they were. Set back, the job goes on, and the table holds what the query run as a
+    batch job on the input gives."""
+    changes = update_job(tmp_path, "deltalake", files=2)
+    changes["sink"]["output_mode"] = written
+    first = run_main("--settings", str(write_settings(changes)))
+    assert first.returncode == 0, first.stderr[-3000:]
+    checkpoint, table = tmp_path / "checkpoint", tmp_path / "output"
+    # Four minutes of events, 4 keys, the watermark a minute behind: two windows closed, two open; append mode
+    # wrote the closed ones, update mode all four, the open ones as counted so far.
+    assert DeltaTable(str(table)).to_pyarrow_table().num_rows == {"append": 8, "update": 16}[written]
+    before = digest(checkpoint), digest(table)
+
+    changes["sink"]["output_mode"] = switched
+    path = write_settings(changes, "switched.yaml")
+    recorded = mode_switch_line(checkpoint, written, switched, f"recorded in {checkpoint}/state_key")
+    for command in ("run", "check"):
+        result = run_cli(command, "--settings", str(path))
+        assert (result.returncode, result.stderr.splitlines()) == (4, [recorded]), result.stderr[-3000:]
+    assert (digest(checkpoint), digest(table)) == before
+    without_recorded_mode(checkpoint)
+    result = run_cli("check", "--settings", str(path))
+    read = mode_switch_line(checkpoint, written, switched, f"read from the Delta log of {table}")
+    assert (result.returncode, result.stderr.splitlines()) == (4, [read])
+    console = write_settings(deep_merge(changes, {"sink": {"type": "console"}}), "console.yaml")  # cannot tell
+    result = run_cli("check", "--settings", str(console))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"checkpoint: {checkpoint} holds no record of the output mode its results were written in" in result.stdout
+
+    changes["sink"]["output_mode"] = written  # the way on: set back, one file more closes the open windows
+    write_sample_files(tmp_path / "landing", 1, 40, 4, timedelta(minutes=2))
+    again = run_main("--settings", str(write_settings(changes)))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert KeyRecord(spark, str(checkpoint)).output_mode() == written  # recorded again
+    held = spark.createDataFrame(DeltaTable(str(table)).to_pyarrow_table())
+    settings = load_settings(write_settings(changes))
+    if written == "append":  # every window the watermark closed, once
+        expected = batch_expectation(spark, settings)
+    else:  # every window's current count, open ones too
+        expected = expected_after(spark, Path(settings.source.files.path), 2, settings.query)
+    assertDataFrameEqual(held, expected.select(*held.columns))

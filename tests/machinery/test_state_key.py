@@ -59,6 +59,7 @@ def finished_checkpoint(spark, folder: Path, operator: str) -> Path:
         "state_keys": [STATE_KEYS[operator]],
         "windows": [STATE_WINDOWS.get(operator)],
         "key_form": "names",
+        "output_mode": "append",
     }
     assert records(folder / "checkpoint") == [record]
     return path
@@ -93,10 +94,10 @@ def test_a_changed_deduplication_key_is_refused(spark, tmp_path):
     events = spark.readStream.schema("event_id string, key string, event_time timestamp").json(str(tmp_path))
     by_id_and_key = events.withWatermark("event_time", "1 minute").dropDuplicatesWithinWatermark(["event_id", "key"])
     with pytest.raises(StateKeyChanged, match="this query keys it by deduplication by event_id, key "):
-        check_state_key(spark, by_id_and_key, settings.query.checkpoint_location)
+        check_state_key(spark, by_id_and_key, settings.query.checkpoint_location, "append")
     # The query as it was passes, and leaves the record as it was.
     before = digest(tmp_path / "checkpoint")
-    assert check_state_key(spark, build_result(spark, settings), settings.query.checkpoint_location) is None
+    assert check_state_key(spark, build_result(spark, settings), settings.query.checkpoint_location, "append") is None
     assert digest(tmp_path / "checkpoint") == before
 
 
@@ -106,7 +107,7 @@ def test_a_missing_record_is_made_again_and_said_and_a_damaged_one_is_named(spar
     folder = checkpoint / "state_key"
     shutil.rmtree(folder)
     result = build_result(spark, settings)
-    note = check_state_key(spark, result, location)
+    note = check_state_key(spark, result, location, "append")
     assert note == f"{folder} was missing (a checkpoint older than this check): recorded {STATE_KEYS[BAKED_OPERATOR]}"
     assert records(checkpoint) == [
         {
@@ -114,15 +115,16 @@ def test_a_missing_record_is_made_again_and_said_and_a_damaged_one_is_named(spar
             "state_keys": [STATE_KEYS[BAKED_OPERATOR]],
             "windows": [STATE_WINDOWS.get(BAKED_OPERATOR)],
             "key_form": "names",
+            "output_mode": "append",
         }
     ]
 
     (part,) = folder.glob("part-*")
     part.write_text('{"state_keys": "half')
     with pytest.raises(CheckpointUnreadable, match=f"^{part}: not a state key record \\(damaged\\?\\); remove it"):
-        check_state_key(spark, result, location)
+        check_state_key(spark, result, location, "append")
     part.unlink()  # as the line says (its checksum file left where it is): recorded again
-    assert check_state_key(spark, result, location).startswith(f"{folder} was missing")
+    assert check_state_key(spark, result, location, "append").startswith(f"{folder} was missing")
     assert records(checkpoint)[-1]["state_keys"] == [STATE_KEYS[BAKED_OPERATOR]]
 
 
@@ -141,11 +143,18 @@ def test_the_record_reads_and_writes_through_the_session_and_an_older_templates_
         f"{checkpoint}/state_key.json",
         True,
     )
-    record.write(["deduplication by event_id"], [None])
+    record.write(["deduplication by event_id"], [None], "update")
     again = KeyRecord(spark, str(checkpoint), SessionFiles(spark, checkpoint, str(checkpoint)))
     assert (again.read(), again.location) == ((["deduplication by event_id"], [None]), f"{checkpoint}/state_key")
+    assert again.output_mode() == "update" and record.output_mode() is None  # an older template's: none
     assert records(checkpoint) == [
-        {"version": 1, "state_keys": ["deduplication by event_id"], "windows": [None], "key_form": "names"}
+        {
+            "version": 1,
+            "state_keys": ["deduplication by event_id"],
+            "windows": [None],
+            "key_form": "names",
+            "output_mode": "update",
+        }
     ]
 
 
@@ -156,9 +165,15 @@ def test_a_query_without_commits_records_its_own_key(spark, tmp_path):
     (checkpoint / "state_key.json").write_text(json.dumps({"state_keys": ["aggregation by old string"]}))
     events = spark.readStream.schema("event_id string, key string, event_time timestamp").json(str(tmp_path))
     deduplicated = events.withWatermark("event_time", "1 minute").dropDuplicatesWithinWatermark(["event_id"])
-    assert check_state_key(spark, deduplicated, str(checkpoint)) is None
+    assert check_state_key(spark, deduplicated, str(checkpoint), "append") is None
     assert records(checkpoint) == [
-        {"version": 1, "state_keys": [STATE_KEYS["deduplication"]], "windows": [None], "key_form": "names"}
+        {
+            "version": 1,
+            "state_keys": [STATE_KEYS["deduplication"]],
+            "windows": [None],
+            "key_form": "names",
+            "output_mode": "append",
+        }
     ]
 
 
@@ -205,7 +220,10 @@ def test_a_changed_window_is_refused_and_setting_it_back_loses_nothing(spark, tm
     shutil.rmtree(record)
     (tmp_path / "checkpoint" / "state_key.json").write_text(json.dumps({"state_keys": [TYPED_KEY]}))
     assert (
-        check_state_key(spark, build_result(spark, load_settings(settings_path)), str(tmp_path / "checkpoint")) is None
+        check_state_key(
+            spark, build_result(spark, load_settings(settings_path)), str(tmp_path / "checkpoint"), "append"
+        )
+        is None
     )
     assert records(tmp_path / "checkpoint")[-1]["windows"] == ["1 minute"]
     assert run_main("--settings", str(wider)).returncode == 4

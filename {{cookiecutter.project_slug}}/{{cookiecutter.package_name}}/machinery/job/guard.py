@@ -3,7 +3,8 @@
 Spark records some confs in every `offsets/<batch>` file (the state store provider, the shuffle
 partitions, state format versions) and on restart silently uses the recorded values. It also
 records each stateful operator and its state stores in `state/<operator>/_metadata` (what the
-`state-metadata` data source reads). The guard reads those files, without starting Spark, and
+`state-metadata` data source reads). The output mode it records nowhere: the state key record
+(state_fit.KeyRecord) holds it. The guard reads those files, without starting Spark, and
 compares them with what these settings would set. It only reads: a refused start leaves the
 checkpoint byte for byte as it was.
 """
@@ -28,10 +29,14 @@ from ..core.checkpoint.files import (
 )
 from ..core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, STATE_STORE, provider_name
 from ..core.contract import PACKAGE
+from ..core.operators import OPERATORS
+from ..core.real_time import STATE_NAMES
 from ..core.settings import Settings
+from .endpoints.delta import mode_written
 from .output_check import check_sink_log, lost_output, output_ahead, output_elsewhere, with_output
 from .session import spark_confs
 from .state_checks import snapshot_findings
+from .state_fit import KeyRecord
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,9 @@ def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool
     report.drifts += conf_drifts(settings, pinned)
     report.drifts += [] if held.stateless else format_version_drifts(settings, held)
     report.drifts += source_drifts(settings, held.last_batch, held.offsets)
+    mode_drifts, mode_notes = output_mode_drifts(settings, held, files, output_seen)
+    report.drifts += mode_drifts
+    report.notes += mode_notes
     report.refusals += moved_paths(settings, held)
     report.refusals += lost_output(settings, held) if output_seen else []
     if not any(drift.setting == "state_store.provider" for drift in report.drifts):
@@ -193,6 +201,52 @@ def source_drifts(settings: Settings, batch: int, offsets: list[str]) -> list[Dr
             " and another kind of source cannot read them.",
         )
     ]
+
+
+# The state of an aggregation: open results (a window's count so far) that the two modes write differently.
+_AGGREGATIONS = {OPERATORS[name].spark_name for name in ("aggregation", "session_window")} | set(STATE_NAMES)
+# What a switch to each mode does to the results an aggregation's state holds.
+_SWITCHED_TO = {
+    "update": "its state holds results not written yet (windows still open), which append mode writes once final;"
+    " update mode writes a result only in a batch that changes it, so those the watermark closes without a new"
+    " event would never be written.",
+    "append": "update mode has written the results still open in its state (a window's count so far); append mode"
+    " would write each again once final, beside the first.",
+}
+
+
+def output_mode_drifts(
+    settings: Settings, held: CheckpointRead, files: Files, output_seen: bool
+) -> tuple[list[Drift], list[str]]:
+    """sink.output_mode against the mode the checkpoint's results were written in, where its state holds an
+    aggregation's (a stateless query, a deduplication, a join write each row once, final, in either mode).
+    The state key record names the mode; for a checkpoint of an earlier version, which has none, the Delta
+    table's log where it tells (mode_written), else the mode in settings is taken, said in a note, and the
+    start records it. (Drifts, notes.)"""
+    if held.last_committed is None or not _holds_aggregation(held):
+        return [], []
+    location, wanted = settings.query.checkpoint_location, settings.sink.output_mode
+    record = KeyRecord(None, location, files)
+    written, origin = record.output_mode(), f"recorded in {record.folder}"
+    output = local_checkpoint(settings.sink.path) if settings.sink.type == "delta" and output_seen else None
+    if written is None and output is not None and held.query_id is not None:
+        written, origin = mode_written(output, held.query_id), f"read from the Delta log of {output}"
+    if written is None:
+        return [], [
+            f"{location} holds no record of the output mode its results were written in (a checkpoint of an earlier"
+            f" version), and its output cannot tell: sink.output_mode {wanted} is taken for it, and the start"
+            " records it"
+        ]
+    if written == wanted:
+        return [], []
+    why = f"the output mode its results were written in ({origin}); {_SWITCHED_TO[wanted]}"
+    return [Drift("sink.output_mode", wanted, written, why)], []
+
+
+def _holds_aggregation(held: CheckpointRead) -> bool:
+    """An aggregation's state, or state whose operators the checkpoint does not name."""
+    names = {info["operatorName"] for info in held.operators}
+    return bool(names & _AGGREGATIONS) or held.has_state and not names
 
 
 def moved_paths(settings: Settings, held: CheckpointRead) -> list[str]:

@@ -15,6 +15,8 @@ left as it was.
 - The window each windowed aggregation's state holds, recorded beside the key: with another window
   length, Spark would go on adding to the windows of the old length beside the new ones, and the
   output would hold overlapping windows, one key's events split between them.
+- The output mode the state's results are written in (sink.output_mode), recorded beside them too: Spark
+  records none, and the guard (guard.output_mode_drifts) compares it before a start.
 - custom_state's state schemas (schema_evolution.py).
 - The columns of a parquet output it writes on (the guard reads them beside the checkpoint): a reader
   takes one file's columns for all, so a renamed column would read NULL in every earlier row.
@@ -142,11 +144,12 @@ class KeyRecord:
     disk where it does, in the form Spark writes (Spark writes no single file of a given name: hence a
     folder). A checkpoint of an older template
     holds `state_key.json` instead (written through Hadoop's file system API), read where there is no
-    `state_key/` yet."""
+    `state_key/` yet. A record also names the output mode the results were written in (none in a record of a
+    template before that). Read without a session (`spark` None) where `files` are given."""
 
-    def __init__(self, spark: SparkSession, checkpoint: str, files: Files | None = None) -> None:
+    def __init__(self, spark: SparkSession | None, checkpoint: str, files: Files | None = None) -> None:
         self._spark = spark
-        self._files = checkpoint_files(spark, checkpoint) if files is None else files
+        self._files = files if files is not None else checkpoint_files(_session(spark), checkpoint)
         self._root = local_checkpoint(checkpoint) or Path(checkpoint)
         self.folder = checkpoint.rstrip("/") + "/" + RECORD_FOLDER
         self._versions = self._read_versions()
@@ -154,6 +157,15 @@ class KeyRecord:
 
     def read(self) -> tuple[list[str], list[str | None] | None] | None:
         """(the key of each operator, the window of each where recorded: older records have none)."""
+        newest = self._newest()
+        return None if newest is None else newest[:2]
+
+    def output_mode(self) -> str | None:
+        """The output mode the newest record names, None without one."""
+        newest = self._newest()
+        return None if newest is None else newest[2]
+
+    def _newest(self) -> _Record | None:
         if self._versions:
             return max(self._versions, key=lambda found: found[0])[1:]
         text = self._files.read(self._root / RECORD_NAME)
@@ -162,9 +174,10 @@ class KeyRecord:
     def has_commits(self) -> bool:
         return any(path.name.isdigit() for path in self._files.list(self._root / "commits"))
 
-    def write(self, keys: list[str], windows: list[str | None]) -> None:
+    def write(self, keys: list[str], windows: list[str | None], output_mode: str) -> None:
         version = max(found[0] for found in self._versions) + 1 if self._versions else 1
-        line = json.dumps({"version": version, "state_keys": keys, "windows": windows, "key_form": KEY_FORM})
+        fields = {"version": version, "state_keys": keys, "windows": windows, "key_form": KEY_FORM}
+        line = json.dumps({**fields, "output_mode": output_mode})
         if self._files is LOCAL:
             # This machine's disk: a file of the form Spark writes, without a Spark job (0.1 s, 1.7 s in a fresh
             # JVM), under a hidden name until whole.
@@ -176,11 +189,11 @@ class KeyRecord:
             return
         # From a literal, not createDataFrame's local rows: those go through a Python RDD on Spark Classic,
         # whose accumulator connection prints a traceback when the JVM dies later (an OutOfMemoryError).
-        record = self._spark.range(1).select(F.lit(line).alias("value"))
+        record = _session(self._spark).range(1).select(F.lit(line).alias("value"))
         record.coalesce(1).write.mode("append").text(self.folder)
 
-    def _read_versions(self) -> list[tuple[int, list[str], list[str | None] | None]]:
-        """(version, keys, windows) of each record Spark wrote in `state_key/`."""
+    def _read_versions(self) -> list[tuple[int, list[str], list[str | None] | None, str | None]]:
+        """(version, keys, windows, output mode) of each record Spark wrote in `state_key/`."""
         found = []
         for path in self._files.list(self._root / RECORD_FOLDER):
             text = self._files.read(path) if path.name.startswith("part-") else None
@@ -192,6 +205,15 @@ class KeyRecord:
         return found
 
 
+# A record's key of each operator, window of each (older records: None) and output mode (older: None).
+_Record = tuple[list[str], list[str | None] | None, str | None]
+
+
+def _session(spark: SparkSession | None) -> SparkSession:
+    assert spark is not None, "a KeyRecord read without a session is given its files and writes nothing"
+    return spark
+
+
 def _version(line: str) -> int | None:
     try:
         version = json.loads(line).get("version")
@@ -200,19 +222,21 @@ def _version(line: str) -> int | None:
     return version if isinstance(version, int) else None
 
 
-def _key_record(text: bytes, location: str) -> tuple[list[str], list[str | None] | None]:
-    """(keys, windows) of one record's JSON; CheckpointUnreadable naming `location` for a damaged one."""
+def _key_record(text: bytes, location: str) -> _Record:
+    """(keys, windows, output mode) of one record's JSON; CheckpointUnreadable naming `location` for a
+    damaged one."""
     try:
         record = json.loads(text.decode("utf-8"))
-        keys, windows = record["state_keys"], record.get("windows")
+        keys, windows, mode = record["state_keys"], record.get("windows"), record.get("output_mode")
         if record.get("key_form") != KEY_FORM and isinstance(keys, list):  # an older record, with types
             keys = [names_only(key) for key in keys]
     except (ValueError, KeyError, TypeError, AttributeError):  # UnicodeDecodeError and JSONDecodeError: ValueErrors
-        keys = windows = None
+        keys = windows = mode = None
     texts = isinstance(keys, list) and all(isinstance(key, str) for key in keys)
-    if not texts or not (windows is None or isinstance(windows, list) and len(windows) == len(keys)):
+    fits = windows is None or isinstance(windows, list) and len(windows) == len(keys)
+    if not texts or not fits or not (mode is None or isinstance(mode, str)):
         raise CheckpointUnreadable(_damaged(location))
-    return keys, windows
+    return keys, windows, mode
 
 
 def _damaged(location: str) -> str:
@@ -222,10 +246,12 @@ def _damaged(location: str) -> str:
     )
 
 
-def check_state_key(spark: SparkSession, result: DataFrame, checkpoint: str, record: bool = True) -> str | None:
+def check_state_key(
+    spark: SparkSession, result: DataFrame, checkpoint: str, output_mode: str, record: bool = True
+) -> str | None:
     """Raise StateKeyChanged when the query's state key differs from the recorded one; with `record`
-    (a start, not `check`), record it when none is. Returns a note for the log when a checkpoint with
-    state had no record."""
+    (a start, not `check`), record it, with the output mode (which the guard compared before), when none
+    is or either differs. Returns a note for the log when a checkpoint with state had no record."""
     keys = KeyRecord(spark, checkpoint)
     plan = read_plan(result)
     now, windows = [operator.key_line for operator in plan], [operator.window for operator in plan]
@@ -237,10 +263,11 @@ def check_state_key(spark: SparkSession, result: DataFrame, checkpoint: str, rec
         changed = [(op, held) for op, held in zip(plan, held_windows, strict=True) if held != op.window]
         if changed:
             raise StateWindowChanged(_window_change(changed, keys.location))
-    if (recorded, recorded_windows) == (now, windows) or not record:
+    if (recorded, recorded_windows, keys.output_mode()) == (now, windows, output_mode) or not record:
         return None
-    # No record, one without the windows, or one left by a run that committed nothing (no state kept under it).
-    keys.write(now, windows)
+    # No record, one without the windows or the mode, or one left by a run that committed nothing (no state
+    # kept under it).
+    keys.write(now, windows, output_mode)
     if recorded is None and keys.has_commits():
         return f"{keys.folder} was missing (a checkpoint older than this check): recorded {'; '.join(now)}"
     return None
@@ -277,7 +304,7 @@ def check_fit(
         raise SettingsError(problems)
     refuse_python(result, settings)
     refuse_what_spark_refuses(result, settings)
-    note = check_state_key(result.sparkSession, result, location, record_key)
+    note = check_state_key(result.sparkSession, result, location, settings.sink.output_mode, record_key)
     refused, accepted = state_schema_drift(result, plan, held, location)
     if refused:
         raise StateSchemaRefused(refused)

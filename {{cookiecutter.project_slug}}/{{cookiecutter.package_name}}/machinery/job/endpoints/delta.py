@@ -250,18 +250,49 @@ def stream_writers(path: Path) -> dict[str, int]:
     that does not read is passed over here: the Delta writer names it."""
     log = path / DELTA_LOG
     checkpoints = sorted(log.glob("*.checkpoint*.parquet")) if log.is_dir() else []
-    newest = int(checkpoints[-1].name.split(".")[0]) if checkpoints else -1
-    transactions = [
-        txn for part in checkpoints if int(part.name.split(".")[0]) == newest for txn in _checkpoint_txns(part)
-    ]
+    newest = _version(checkpoints[-1]) if checkpoints else -1
+    transactions = [txn for part in checkpoints if _version(part) == newest for txn in _checkpoint_txns(part)]
     for commit in sorted(log.glob("[0-9]*.json")) if log.is_dir() else []:
-        if int(commit.name.split(".")[0]) > newest:
+        if _version(commit) > newest:
             transactions += [action["txn"] for action in _actions(commit) if isinstance(action.get("txn"), dict)]
     found: dict[str, int] = {}
     for txn in transactions:
         if isinstance(txn.get("appId"), str) and isinstance(txn.get("version"), int):
             found[txn["appId"]] = max(found.get(txn["appId"], -1), txn["version"])
     return found
+
+
+def mode_written(path: Path, query: str) -> str | None:
+    """The output mode query `query` wrote the Delta table at `path` in, as the newest of its commits that
+    tells says: update for a MERGE, append for Spark's Delta sink (which names its mode) or for rows appended
+    after the table's first commit (in update mode only the batch that makes the table appends rows). Where
+    none of its commits wrote a row and the log is whole, append too: update mode writes each result a batch
+    changes, so its state would hold none. None where they cannot tell (only the first commit wrote rows,
+    or the log's older commits are gone: Delta removes them after its checkpoints)."""
+    log = path / DELTA_LOG
+    commits = sorted(log.glob("[0-9]*.json")) if log.is_dir() else []
+    seen = wrote_rows = False
+    for commit in reversed(commits):
+        actions = _actions(commit)
+        if not any(isinstance(action.get("txn"), dict) and action["txn"].get("appId") == query for action in actions):
+            continue
+        info: dict = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
+        named = (info.get("operationParameters") or {}).get("outputMode")
+        adds = any("add" in action for action in actions)
+        if info.get("operation") == "MERGE":
+            return "update"
+        if isinstance(named, str):
+            return named.lower()
+        if adds and _version(commit) > 0:
+            return "append"
+        seen, wrote_rows = True, wrote_rows or adds
+    whole = bool(commits) and _version(commits[0]) == 0
+    return "append" if seen and whole and not wrote_rows else None
+
+
+def _version(log_file: Path) -> int:
+    """The table version a file of its log is of (a commit, a checkpoint part)."""
+    return int(log_file.name.split(".")[0])
 
 
 def _checkpoint_txns(part: Path) -> list[dict]:

@@ -42,6 +42,7 @@ DEPENDENCY_MODULES = frozenset(
         *("mypyc", "numpy", "packaging", "pandas", "pathspec", "pluggy", "py", "py4j", "pyarrow", "pydantic"),
         *("pydantic_core", "pydantic_settings", "pygments", "pylab", "pyparsing", "pyspark", "pytest", "pytz"),
         *("ruff", "typing_extensions", "typing_inspection", "tzdata", "wrapt", "yaml"),
+        *("grpc", "grpc_status", "zstandard"),  # the connect extra's (pyspark[connect])
     }
 )
 OWN_NAMES = frozenset({"tests", "test", "main", "conftest"})

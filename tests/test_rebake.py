@@ -190,16 +190,21 @@ def top_level_modules(distribution: metadata.Distribution) -> set[str]:
 def test_the_shadowing_list_holds_every_module_the_project_can_import(out):
     """Every dependency of the generated project (all extras) and theirs, from the installed metadata."""
     project = tomllib.loads((bake(out) / "pyproject.toml").read_text())["project"]
-    pending = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]
-    seen, modules = set(), set()
+    listed = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]
+    # Each requirement with the extra its marker is read under: pyspark[connect] takes pyspark's connect ones.
+    pending, seen, modules = [(text, "") for text in listed], set(), set()
     while pending:
-        requirement = Requirement(pending.pop())
-        if requirement.name.lower() in seen or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+        text, extra = pending.pop()
+        requirement = Requirement(text)
+        wanted = (requirement.name.lower(), frozenset(requirement.extras))
+        if wanted in seen or (requirement.marker and not requirement.marker.evaluate({"extra": extra})):
             continue
-        seen.add(requirement.name.lower())
+        seen.add(wanted)
         distribution = metadata.distribution(requirement.name)
         modules |= top_level_modules(distribution)
-        pending += distribution.requires or []
+        pending += [
+            (each, wanted_extra) for each in distribution.requires or [] for wanted_extra in ("", *requirement.extras)
+        ]
     importable = {name for name in modules if re.fullmatch(r"[a-z][a-z0-9_]*", name)}
     assert {"pyspark", "pydantic", "yaml", "numpy"} <= importable
     assert importable <= DEPENDENCY_MODULES, sorted(importable - DEPENDENCY_MODULES)

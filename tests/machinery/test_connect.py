@@ -15,12 +15,17 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
-from collections.abc import Iterator
+import tomllib
+from collections.abc import Iterable, Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.operators import STARTERS
 from stream_job.machinery.job.endpoints.output import read_output
@@ -224,6 +229,109 @@ def test_no_server_at_spark_remote_is_one_line(write_settings, tmp_path):
     assert result.stderr.count("\n") == 1, result.stderr
     assert time.monotonic() - started < 30
     assert not Path(changes["query"]["checkpoint_location"]).exists()
+
+
+TOKEN = "tok-Zq81-never-printed"
+
+
+def test_a_token_in_spark_remote_is_never_printed(connect_server, write_settings, tmp_path):
+    """spark.remote with a token (Spark Connect's URL parameter): a bad value, no server, the server (without
+    TLS) at 127.0.0.1, which the token makes the client speak TLS to (one line: the cause, the way out, nothing
+    started), then the job run through it at `localhost` (where pyspark sends a token without TLS) and
+    `config`. Nothing any of them printed, nor any file under logs/, holds the token."""
+    port = connect_server.port
+    changes = connect_job(tmp_path, connect_server, files=1, trigger="available_now")
+    checkpoint = Path(changes["query"]["checkpoint_location"])
+
+    def at(url: str, name: str) -> str:
+        return str(write_settings(deep_merge(changes, {"spark": {"remote": url}}), name=name))
+
+    bad = client("main.py", "--settings", at(f"sc://localhost:{port}/;token={TOKEN} x", "bad.yaml"))
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.startswith(f"settings error: spark.remote = 'sc://localhost:{port}/;token=<secret>': "), (
+        bad.stderr
+    )
+    unanswered = f"sc://127.0.0.1:{free_port()}/;token="
+    absent = client("main.py", "--settings", at(unanswered + TOKEN, "absent.yaml"))
+    assert absent.returncode == 3, absent.stderr
+    assert absent.stderr.startswith(f"spark connect error: spark.remote {unanswered}<secret>: no Spark Connect server")
+    plain = client("main.py", "--settings", at(f"sc://127.0.0.1:{port}/;token={TOKEN}", "tls.yaml"))
+    assert (plain.returncode, plain.stderr) == (
+        3,
+        f"spark connect error: spark.remote sc://127.0.0.1:{port}/;token=<secret>: the server at 127.0.0.1:{port}"
+        " does not speak TLS, and the client speaks it because of the token in the URL; serve TLS there (or put a"
+        " TLS proxy in front), or, for a server without TLS, drop the token from spark.remote where the server"
+        f" asks none (sc://localhost:{port} on the server's machine sends the token without TLS); nothing was"
+        " started\n",
+    )
+    assert not checkpoint.exists()
+
+    local = at(f"sc://localhost:{port}/;token={TOKEN}", "local.yaml")
+    ran = client("main.py", "--settings", local)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
+    assert f" through Spark Connect sc://localhost:{port}/;token=<secret>, files -> parquet" in ran.stdout
+    assert committed_batches(checkpoint) == [0, 1]
+    shown = client("-m", "stream_job", "config", "--settings", local)
+    assert shown.returncode == 0, shown.stderr
+    assert f"  remote: sc://localhost:{port}/;token=<secret>\n" in shown.stdout
+
+    printed = "".join(result.stdout + result.stderr for result in (bad, absent, plain, ran, shown))
+    assert TOKEN not in printed
+    logs = [path for path in (PROJECT_DIR / "logs").rglob("*") if path.is_file()]
+    assert [path for path in logs if TOKEN.encode() in path.read_bytes()] == []
+
+
+def test_spark_remote_without_the_connect_extra_is_one_line(write_settings, tmp_path):
+    """A Python with the project's dependencies and not its `connect` extra, as `pip install -e .` makes it:
+    the job and `check`, with a port that answers at spark.remote, end in one line naming the install, exit 3
+    (as a missing Java), nothing written."""
+    python = python_without_connect_extra(tmp_path / "venv")
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        url = f"sc://127.0.0.1:{listening.getsockname()[1]}"
+        checkpoint = tmp_path / "checkpoint"
+        path = str(write_settings({"spark": {"remote": url}, "query": {"checkpoint_location": str(checkpoint)}}))
+        for command in (["main.py"], ["-m", "stream_job", "check"]):
+            result = run_with(python, *command, "--settings", path)
+            assert result.returncode == 3, result.stderr[-3000:]
+            assert result.stderr.startswith(
+                f"spark connect error: spark.remote {url}: this Python lacks the Spark Connect client's packages ("
+            ), result.stderr
+            assert result.stderr.endswith(
+                "; install them: pip install -e '.[connect]' in the project (make install does); nothing was started\n"
+            ), result.stderr
+            assert result.stderr.count("\n") == 1 and result.stdout == "", result.stdout + result.stderr
+    assert not checkpoint.exists()
+
+
+def run_with(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(python), *args], cwd=PROJECT_DIR, capture_output=True, text=True, env=clean_env())
+
+
+def python_without_connect_extra(venv: Path) -> Path:
+    """A venv whose site-packages links to this environment's copies of the project's dependencies (its
+    pyproject.toml's, and theirs) and of nothing else: no pandas, no grpcio. No download."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python*/site-packages"))
+    installed = Path(sysconfig.get_paths()["purelib"])
+    project = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["project"]["dependencies"]
+    tops = {Path(file).parts[0] for dist in distributions(project) for file in dist.files or []}
+    for top in sorted(tops - {"..", "__pycache__"}):
+        if (installed / top).exists() and not top.endswith(".pth"):
+            (site / top).symlink_to(installed / top)
+    return venv / "bin" / "python"
+
+
+def distributions(requirements: Iterable[str]) -> list[metadata.Distribution]:
+    """The installed distributions these requirements take, with theirs, extras left out."""
+    found: dict[str, metadata.Distribution] = {}
+    waiting = list(requirements)
+    while waiting:
+        requirement = Requirement(waiting.pop())
+        name = canonicalize_name(requirement.name)
+        if name not in found and (requirement.marker is None or requirement.marker.evaluate({"extra": ""})):
+            found[name] = metadata.distribution(requirement.name)
+            waiting += found[name].requires or []
+    return list(found.values())
 
 
 def test_every_starter_runs_through_connect(spark, connect_server, tmp_path):

@@ -2,7 +2,7 @@
 
 Exit codes: 0 done, 1 the query failed, 2 bad settings or arguments, or a query Spark refuses, 3
 something the job needs is missing from this machine (Java, a connector JAR, the deltalake package,
-the local Kafka broker, the Spark Connect server of spark.remote) or the driver JVM could not start, 4 the settings or the query disagree with the existing checkpoint, or it is
+the local Kafka broker, the Spark Connect server of spark.remote or its client's packages) or the driver JVM could not start, 4 the settings or the query disagree with the existing checkpoint, or it is
 in use, or a repartition or savepoint was refused (nothing was started or changed), or a savepoint
 or its restored copy differs from its manifest.
 """
@@ -30,7 +30,7 @@ from ..job.endpoints.kafka import KafkaEndpointError
 from ..job.heap import OutOfMemory
 from ..job.java import JavaError
 from ..job.query_plan import QueryRefused
-from ..job.remote import ServerGone, ServerUnreachable
+from ..job.remote import ClientMissing, ServerGone, ServerUnreachable
 from ..job.schema_evolution import StateSchemaRefused
 from ..job.session_files import CheckpointOnServer
 from ..job.state_fit import OperatorsChanged, OutputColumnsChanged, StateKeyChanged, StateWindowChanged
@@ -65,6 +65,7 @@ REFUSALS: dict[type[Exception], tuple[str, int]] = {
     ContractError: ("query error", EXIT_BAD_INPUT),
     QueryCodeError: ("query error", EXIT_BAD_INPUT),
     OutOfMemory: ("out of memory", EXIT_QUERY_FAILED),
+    ClientMissing: ("spark connect error", EXIT_MISSING_DEPENDENCY),
     ServerUnreachable: ("spark connect error", EXIT_MISSING_DEPENDENCY),
     ServerGone: ("spark connect error", EXIT_QUERY_FAILED),
 }

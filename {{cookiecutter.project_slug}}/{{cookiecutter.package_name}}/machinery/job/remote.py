@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import importlib
 import socket
+import ssl
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..core.contract import PACKAGE
+from ..core.settings import masked_url
+from ..core.text import first_line
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import SparkSession
@@ -24,6 +27,14 @@ PROBE_SECONDS = 5.0
 # A server that stops answering mid-run: the client retries for about 15 s (50 ms x4 each time, at most
 # 5 s apart), enough for a network blip, instead of pyspark's default of at least 10 minutes.
 RETRIES, MOST_BACKOFF_MS = 6, 5000
+
+
+# The Connect client's packages (grpcio, pandas, zstandard, ...): the generated pyproject.toml's extra.
+CLIENT_INSTALL = "pip install -e '.[connect]' in the project (make install does)"
+
+
+class ClientMissing(Exception):
+    """This Python lacks the packages of pyspark's Spark Connect client; the message names the install."""
 
 
 class ServerUnreachable(Exception):
@@ -51,28 +62,83 @@ def set_log_level(spark: SparkSession, level: str) -> None:
 
 
 def require_server(url: str) -> None:
-    """A TCP connection to the server's port, before the client is built: without one, pyspark's client
-    retries a missing server for minutes before it says anything."""
+    """The Connect client's packages, and a TCP connection to the server's port in the protocol the client
+    will speak (TLS or not), before the client is built: without them, pyspark's client fails in a traceback,
+    or retries for minutes before it says anything."""
+    require_client(url)
     host, port = _address(url)
     try:
-        socket.create_connection((host, port), timeout=PROBE_SECONDS).close()
+        connection = socket.create_connection((host, port), timeout=PROBE_SECONDS)
     except OSError as error:
         raise ServerUnreachable(
-            f"spark.remote {url}: no Spark Connect server answers at {host}:{port} ({error.strerror or error});"
-            " start the server (sbin/start-connect-server.sh, or your platform's) or fix spark.remote (or"
-            " SPARK_REMOTE); nothing was started"
+            f"spark.remote {masked_url(url)}: no Spark Connect server answers at {host}:{port}"
+            f" ({error.strerror or error}); start the server (sbin/start-connect-server.sh, or your platform's) or"
+            " fix spark.remote (or SPARK_REMOTE); nothing was started"
         ) from None
+    with connection:
+        tls = _tls_cause(url, port)
+        if tls is not None and not _speaks_tls(connection, host):
+            why, without = tls
+            raise ServerUnreachable(
+                f"spark.remote {masked_url(url)}: the server at {host}:{port} does not speak TLS, and the client"
+                f" speaks it because of {why}; serve TLS there (or put a TLS proxy in front), or, for a server"
+                f" without TLS, {without}; nothing was started"
+            )
+
+
+def require_client(url: str) -> None:
+    """pyspark's Connect client needs packages that pyspark alone lacks: the connect extra installs them."""
+    try:
+        import pyspark.sql.connect  # noqa: F401  (pyspark checks the client's packages as it imports it)
+    except ImportError as error:
+        raise ClientMissing(
+            f"spark.remote {masked_url(url)}: this Python lacks the Spark Connect client's packages"
+            f" ({first_line(str(error))}); install them: {CLIENT_INSTALL}; nothing was started"
+        ) from None
+
+
+def _tls_cause(url: str, port: int) -> tuple[str, str] | None:
+    """Why pyspark's client speaks TLS to this server, and the way to a plain connection; None where it does
+    not: as its channel builder decides (toChannel), TLS with use_ssl=true or a token, but for a token to the
+    host `localhost`, which goes as local credentials over a plain connection."""
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    builder = DefaultChannelBuilder(url)
+    if builder.use_ssl:
+        return "use_ssl=true", "drop use_ssl=true from spark.remote"
+    if builder.token is None or builder.host == "localhost":
+        return None
+    plain = f"sc://localhost:{port} on the server's machine sends the token without TLS"
+    if ";token=" in url:
+        return "the token in the URL", f"drop the token from spark.remote where the server asks none ({plain})"
+    return "the token in SPARK_CONNECT_AUTHENTICATE_TOKEN", f"unset it where the server asks none ({plain})"
+
+
+def _speaks_tls(connection: socket.socket, host: str) -> bool:
+    """Whether the server answers a TLS handshake in TLS (its certificate is gRPC's to check, later)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])  # gRPC's, which a TLS gRPC server may require
+    try:
+        context.wrap_socket(connection, server_hostname=host).close()
+    except (ssl.SSLEOFError, ConnectionResetError):  # hung up on the hello: a plaintext server
+        return False
+    except ssl.SSLError as error:  # an answer that is no TLS record (a plaintext HTTP/2 frame), or a TLS alert
+        return error.reason != "WRONG_VERSION_NUMBER"
+    except OSError:  # no answer in time: not known here, the client says what it finds
+        return True
+    return True
 
 
 def connect_session(url: str, confs: Mapping[str, str]) -> SparkSession:
     """A Spark Connect session at `url` with the confs set on it that the server lets a session set (each
     session has confs of its own there; session.refused_confs says what it refuses), and a client that gives
     a server gone mid-run up in seconds."""
+    require_server(url)  # before the client's imports, which need its packages
     from pyspark import cloudpickle
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
-    require_server(url)
     # The project's code travels with the query: functions and classes of the package (the query's
     # processor, the deltalake writer's foreachBatch) are pickled by value, not by name, so the server's
     # Python needs only the libraries (pyspark, deltalake, pandas), not this project. (Session artifacts

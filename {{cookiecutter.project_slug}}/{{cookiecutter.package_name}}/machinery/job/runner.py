@@ -66,7 +66,7 @@ def startup_line(spark: SparkSession, settings: Settings) -> str:
     changelog = " with changelog checkpointing" if store.changelog_checkpointing else ""
     writer = f" ({settings.sink.delta_writer})" if settings.sink.delta_writer else ""
     sources = " + ".join(source.type for source in settings.inputs.values())
-    through = f" through Spark Connect {settings.spark.connect_url}" if is_connect(spark) else ""
+    through = f" through Spark Connect {settings.spark.connect_url_shown}" if is_connect(spark) else ""
     return (
         f"{settings.query.name}: Spark {spark.version} on {spark.conf.get('spark.master', None)}{through},"
         f" {sources} ->"
@@ -157,7 +157,7 @@ def run_query(
         if server_gone(error):
             gone = True
             raise ServerGone(
-                f"spark.remote {settings.spark.connect_url}: the Spark Connect server stopped answering while query"
+                f"spark.remote {settings.spark.connect_url_shown}: the Spark Connect server stopped answering while query"
                 f" {settings.query.name} ran; its checkpoint is where the server keeps it: start the job again once"
                 " the server is back (a batch in flight runs again)"
             ) from None

@@ -233,7 +233,7 @@ def refused_confs(spark: SparkSession, settings: Settings) -> list[str]:
             owner = MANAGED_CONFS[key]
             raise SettingsError(
                 [
-                    f"{owner}: the Spark Connect server at {settings.spark.connect_url} does not let a session set"
+                    f"{owner}: the Spark Connect server at {settings.spark.connect_url_shown} does not let a session set"
                     f" {key} (its platform fixes it) and runs {held}, not {wanted[key]}; the checkpoint would pin"
                     f" the server's: set {owner} to match it, or run where it can be set"
                 ]

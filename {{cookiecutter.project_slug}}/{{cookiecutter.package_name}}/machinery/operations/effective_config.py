@@ -1,13 +1,14 @@
 """The effective configuration: what a run would use, after environment overrides, before Spark.
 
-Secrets are shown as the environment variable they are read from, never as their values.
+Secrets are shown as the environment variable they are read from, never as their values; a Spark Connect
+URL's token as hidden.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..core.settings import Settings
+from ..core.settings import Settings, masked_url
 from ..job.endpoints.sinks import kafka_sink_options
 from ..job.endpoints.sources import files_options, kafka_options
 from ..job.session import secret_confs, spark_confs, static_confs
@@ -31,8 +32,11 @@ def effective_configuration(settings: Settings, submitted: bool = False) -> dict
         elif source.type == "kafka":
             options[section] = kafka_options(source.kafka, secrets)
     sink = kafka_sink_options(settings.sink.kafka, secrets) if settings.sink.type == "kafka" else {}
+    shown = settings.model_dump(mode="json")
+    if settings.spark.remote is not None:
+        shown["spark"]["remote"] = masked_url(settings.spark.remote)
     return {
-        "settings": settings.model_dump(mode="json"),
+        "settings": shown,
         "spark_confs": dict(sorted(confs.items())),
         "source_options": options,
         "sink_options": sink,

@@ -15,6 +15,7 @@ from .model import (
     SourceSettings,
     StateStoreSettings,
     connect_url,
+    masked_url,
 )
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "StateStoreSettings",
     "connect_url",
     "load_settings",
+    "masked_url",
     "nearest_existing_folder",
     "unset_secrets",
 ]

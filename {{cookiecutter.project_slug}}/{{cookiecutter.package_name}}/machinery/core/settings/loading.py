@@ -16,7 +16,15 @@ from pydantic_settings import SettingsError as SourceError
 
 from ..contract import QUERY_MODULE, operator_name
 from .folders import overlapping_folders
-from .model import ENV_PREFIX, Settings, SettingsError, SourceSettings, nearest_existing_folder, unset_secrets
+from .model import (
+    ENV_PREFIX,
+    Settings,
+    SettingsError,
+    SourceSettings,
+    masked_url,
+    nearest_existing_folder,
+    unset_secrets,
+)
 from .yaml_file import read_yaml_mapping
 
 DEFAULT_SETTINGS_FILE = Path("settings.yaml")
@@ -158,7 +166,7 @@ def describe_errors(error: ValidationError, path: Path) -> list[str]:
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
+    text = repr(masked_url(value) if isinstance(value, str) else value)  # a bad spark.remote's token stays hidden
     return text if len(text) <= SHOWN_VALUE_CHARS else f"{text[: SHOWN_VALUE_CHARS - 5]} ...{text[-1]}"
 
 

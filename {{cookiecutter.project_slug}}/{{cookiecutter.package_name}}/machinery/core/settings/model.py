@@ -125,14 +125,30 @@ def connect_url(remote: str | None) -> str | None:
     return remote or os.environ.get("SPARK_REMOTE") or None
 
 
+HIDDEN = "<secret>"
+
+
+def masked_url(url: str) -> str:
+    """A Spark Connect URL (or a value given for one) as it may be printed: the value of each parameter with
+    a secret-looking name (sc://host:15002/;token=...) hidden. The one rule for every line, error and
+    configuration that shows spark.remote or SPARK_REMOTE."""
+    head, *parameters = url.split(";")
+    return ";".join([head, *(_masked_parameter(parameter) for parameter in parameters)])
+
+
+def _masked_parameter(parameter: str) -> str:
+    name, equals, _ = parameter.partition("=")
+    return f"{name}={HIDDEN}" if equals and SECRET_CONF.search(name) else parameter
+
+
 def _remote_problems(spark: SparkSettings) -> list[str]:
     """SPARK_REMOTE is pyspark's; where it names no server (local, which starts one inside this process
     on a JVM of its own), the job would be Spark Classic in disguise."""
     url = spark.connect_url
     if spark.remote is None and url is not None and not re.match(CONNECT_URL, url):
         return [
-            f"SPARK_REMOTE is {url!r}, not a Spark Connect server's URL such as sc://host:15002; set spark.remote"
-            " (or SPARK_REMOTE) to the server's, or unset SPARK_REMOTE to run on spark.master"
+            f"SPARK_REMOTE is {masked_url(url)!r}, not a Spark Connect server's URL such as sc://host:15002; set"
+            " spark.remote (or SPARK_REMOTE) to the server's, or unset SPARK_REMOTE to run on spark.master"
         ]
     return []
 
@@ -195,6 +211,12 @@ class SparkSettings(Section):
     def connect_url(self) -> str | None:
         """The Spark Connect server to run through: spark.remote, else pyspark's own SPARK_REMOTE."""
         return connect_url(self.remote)
+
+    @property
+    def connect_url_shown(self) -> str | None:
+        """connect_url as printed: its token hidden (masked_url)."""
+        url = self.connect_url
+        return None if url is None else masked_url(url)
 
     @property
     def sizing_executors(self) -> int:

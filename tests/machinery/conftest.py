@@ -30,7 +30,7 @@ from stream_job.machinery.core.contract import user_query
 from stream_job.machinery.core.durations import parse_duration
 from stream_job.machinery.core.settings import ENV_PREFIX, Settings, load_settings
 from stream_job.machinery.job.connector_jars import JARS_FOLDER
-from stream_job.machinery.job.connectors import resolution_confs
+from stream_job.machinery.job.connectors import kafka_fallback, resolution_confs
 from stream_job.machinery.job.driver_jvm import launch_driver_jvm
 from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS, write_sample_files
 from stream_job.machinery.job.session import log_dir, start_confs
@@ -431,7 +431,7 @@ def _shared_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
     Kafka run in-process too; the delta-spark writer's session extensions cannot join a running session,
     so its jobs are processes."""
     kafka = load_settings(write_settings_file(tmp_path_factory.mktemp("kafka") / "settings.yaml", KAFKA_SOURCE))
-    confs = start_confs(resolution_confs(kafka))
+    confs = start_confs(resolution_confs(kafka), kafka_fallback(kafka))
     launch_driver_jvm(
         {**confs, "spark.master": "local[2]", "spark.driver.memory": kafka.spark.driver_memory}, log_dir()
     )

@@ -114,7 +114,7 @@ def test_two_jobs_and_inspect_started_together_all_start_and_finish(kafka_broker
             assert waits.count(True) == 1, [result.stderr[-2000:] for result in results]
         (folder,) = [path for path in (project / JARS_FOLDER).iterdir()]  # no half-built folder beside it
         listed = (folder / JAR_LIST).read_text().split()
-        assert sorted(listed + [JAR_LIST, "packages.txt"]) == sorted(path.name for path in folder.iterdir())
+        assert sorted(listed + [JAR_LIST, "packages.txt", "sha1.txt"]) == sorted(path.name for path in folder.iterdir())
         assert any(name.startswith("io.delta_delta-spark") for name in listed)
         assert any(name.startswith("org.apache.spark_spark-sql-kafka") for name in listed)
         print(f"round {number + 1}: {len(commands)} processes in {time.monotonic() - started:.1f} s, waits {waits}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -22,6 +23,7 @@ from pathlib import Path
 import pyspark
 import pytest
 from stream_job.machinery.core import real_time
+from stream_job.machinery.job.connectors import PROVEN_KAFKA_CONNECTORS, spark_minor
 from stream_job.machinery.operations import local_kafka
 
 from .conftest import (
@@ -32,8 +34,10 @@ from .conftest import (
     digest,
     edited_query,
     files_job,
+    jvm_free,
     project_copy,
     run_cli,
+    run_cli_process,
     run_main,
     start_job,
 )
@@ -331,3 +335,29 @@ def test_the_operators_refused_and_run_are_those_of_the_installed_sparks_allowli
         jvm.java.lang.Class.forName(node(name))
     sinks = {name.rsplit(".", 1)[-1] for name in allowed("allowedSinks")}
     assert {"KafkaSourceProvider$KafkaTable", "ConsoleTable$"} <= sinks
+
+
+@pytest.mark.real_time
+@pytest.mark.skipif(
+    spark_minor(pyspark.__version__) not in PROVEN_KAFKA_CONNECTORS, reason="a Spark with a proven Kafka pairing"
+)
+def test_the_bake_as_generated_starts_on_the_proven_kafka_connector_where_spark_s_own_is_not_served():
+    """The real-time bake's settings.yaml as written (spark.kafka_connector_version null) asks for the connector
+    of Spark's own minor, 4.3.0 on pyspark 4.3.0, which the Maven Central mirror CI runs against does not
+    serve: the project resolves the proven 4.2.0 instead, once (the shared session's start did, as a job's
+    first start does), and each start from those JARs says so in one line. The real-time runs above ran on it."""
+    assert "\n  kafka_connector_version: null\n" in (PROJECT_DIR / "settings.yaml").read_text()
+    minor = spark_minor(pyspark.__version__)
+    own, proven = (f"spark-sql-kafka-0-10_2.13:{version}" for version in (f"{minor}.0", PROVEN_KAFKA_CONNECTORS[minor]))
+    result = run_cli_process("packages", "--submit-args")  # make submit's, on the project's own settings
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert jvm_free(result.stderr).splitlines() == [
+        f"connectors: {own} (Spark {minor}'s own) is not served by Maven Central or the mirror in ivysettings.xml:"
+        f" running on {proven}, the connector proven on Spark {minor} (real-time mode included); delete"
+        f" connector-jars/ to ask for {own} again, or set spark.kafka_connector_version"
+    ]
+    jars = shlex.split(result.stdout)[1].split(",")
+    assert [Path(jar).name for jar in jars if "spark-sql-kafka" in jar] == [
+        f"org.apache.spark_{proven.replace(':', '-')}.jar"
+    ]
+    assert (Path(jars[0]).parent / "packages.txt").read_text() == f"org.apache.spark:{proven}\n"

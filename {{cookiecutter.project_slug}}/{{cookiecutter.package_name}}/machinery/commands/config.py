@@ -7,7 +7,7 @@ import argparse
 import shlex
 
 from ..core.settings import load_settings
-from ..job.connectors import packages, resolution_confs, submit_arguments
+from ..job.connectors import kafka_fallback, packages, resolution_confs, submit_arguments
 from .arguments import add_settings_argument
 
 
@@ -52,6 +52,6 @@ def cmd_packages(args: argparse.Namespace) -> int:
     from ..job.session import log_dir
 
     resolution = resolution_confs(settings)
-    jars = resolved_jars(resolution, log_dir()) if resolution else []
+    jars = resolved_jars(resolution, log_dir(), kafka_fallback(settings)) if resolution else []
     print(shlex.join(submit_arguments(settings, jars)))
     return 0

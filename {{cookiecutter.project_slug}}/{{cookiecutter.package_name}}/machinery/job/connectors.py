@@ -38,6 +38,10 @@ DELTA_SPARK_MINORS = ("4.0", "4.1", "4.2")
 class ConnectorError(Exception):
     """A JVM connector the settings need is not on Spark's classpath and could not be fetched."""
 
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause  # where a resolution failed, Ivy's own line
+
 
 @dataclass(frozen=True)
 class Connector:
@@ -46,6 +50,39 @@ class Connector:
     probe_class: str
     data_source: str  # the format name its JAR registers: resolving it is the presence check
     extension: str | None = None  # the session extension it needs in spark.sql.extensions, if any
+
+
+# The Kafka connector of another minor proven on a Spark minor, taken where Maven does not serve the minor's
+# own (KafkaFallback): 4.2.0 on Spark 4.3, real-time mode killed and restarted in the template's CI (whose
+# Maven Central mirror serves no 4.3.0); 4.0.0 there fails a stream's first batch (NoSuchMethodError).
+PROVEN_KAFKA_CONNECTORS = {"4.3": "4.2.0"}
+
+
+@dataclass(frozen=True)
+class KafkaFallback:
+    """The proven connector to resolve when the one asked (Spark's own minor's) is not served."""
+
+    asked: str  # a coordinate, group:artifact:version
+    proven: str
+    spark_minor: str
+
+    def not_served(self, cause: str) -> bool:
+        """Whether Ivy's cause is the asked connector not found (its form: group#artifact;version)."""
+        group, artifact, version = self.asked.split(":")
+        return f"{group}#{artifact};{version}: not found" in cause
+
+    def instead(self) -> str:
+        return (
+            f"{self.proven} in place of {self.asked} where Maven does not serve it: proven on Spark {self.spark_minor}"
+        )
+
+    def line(self) -> str:
+        asked, proven = (coordinate.split(":", 1)[1] for coordinate in (self.asked, self.proven))
+        return (
+            f"connectors: {asked} (Spark {self.spark_minor}'s own) is not served by Maven Central or the mirror in"
+            f" ivysettings.xml: running on {proven}, the connector proven on Spark {self.spark_minor} (real-time mode"
+            f" included); delete connector-jars/ to ask for {asked} again, or set spark.kafka_connector_version"
+        )
 
 
 def spark_minor(version: str) -> str:
@@ -60,6 +97,20 @@ def kafka_connector_version(spark_version: str, pinned: str | None = None) -> st
     return pinned or f"{spark_minor(spark_version)}.0"
 
 
+def kafka_coordinate(version: str) -> str:
+    return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{version}"
+
+
+def kafka_fallback(settings: Settings, spark_version: str = pyspark.__version__) -> KafkaFallback | None:
+    """Where the settings ask for Spark's own minor's Kafka connector (no spark.kafka_connector_version) and
+    a connector of another minor is proven on that minor: the one to take if Maven does not serve the first."""
+    minor = spark_minor(spark_version)
+    proven = PROVEN_KAFKA_CONNECTORS.get(minor)
+    if not settings.kafka_endpoints or settings.spark.kafka_connector_version or proven is None:
+        return None
+    return KafkaFallback(kafka_coordinate(kafka_connector_version(spark_version)), kafka_coordinate(proven), minor)
+
+
 def required_connectors(settings: Settings, spark_version: str = pyspark.__version__) -> list[Connector]:
     connectors = []
     kafka_endpoints = list(settings.kafka_endpoints)
@@ -67,8 +118,7 @@ def required_connectors(settings: Settings, spark_version: str = pyspark.__versi
         connectors.append(
             Connector(
                 " and ".join(f"{section}.type kafka" for section in kafka_endpoints),
-                f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:"
-                + kafka_connector_version(spark_version, settings.spark.kafka_connector_version),
+                kafka_coordinate(kafka_connector_version(spark_version, settings.spark.kafka_connector_version)),
                 "org.apache.spark.sql.kafka010.KafkaSourceProvider",
                 "kafka",
             )
@@ -135,9 +185,11 @@ def submit_arguments(settings: Settings, jars: Sequence[Path] = ()) -> list[str]
     return [*heap, "--packages", needed, *confs]
 
 
-# How Spark says it has no provider for a format: Kafka's own legacy error, and the general one (which
-# Classic's pyspark leaves as a Py4JJavaError, its condition only in the text).
-SOURCE_NOT_FOUND = ("_LEGACY_ERROR_TEMP_1140", "DATA_SOURCE_NOT_FOUND")
+# How Spark says it has no provider for a format: Kafka's own error (Spark 4.2's legacy one, its name from
+# Spark 4.3 on), and the general one (which Classic's pyspark leaves as a Py4JJavaError, its condition only
+# in the text). A name missing here lets a job without the Kafka JARs on to the endpoint check, whose
+# AdminClient then fails as a Python traceback.
+SOURCE_NOT_FOUND = ("_LEGACY_ERROR_TEMP_1140", "KAFKA_DATA_SOURCE_NOT_ENABLED", "DATA_SOURCE_NOT_FOUND")
 
 
 def missing_connectors(spark: SparkSession, connectors: list[Connector]) -> list[Connector]:
@@ -171,6 +223,8 @@ def require_connectors(spark: SparkSession, settings: Settings) -> None:
         return
     names = ", ".join(f"{c.needed_for} needs {c.probe_class}" for c in missing)
     coordinates = ",".join(c.coordinate for c in missing)
+    fallback = kafka_fallback(settings, spark.version)
+    instead = "" if fallback is None or fallback.asked not in coordinates else f" ({fallback.instead()})"
     if is_connect(spark):  # the server's classpath and confs: the job can fetch nothing for it
         confs = "".join(
             f" --conf spark.sql.extensions={DELTA_EXTENSION} --conf spark.sql.catalog.spark_catalog={DELTA_CATALOG}"
@@ -178,12 +232,12 @@ def require_connectors(spark: SparkSession, settings: Settings) -> None:
             if c.extension == DELTA_EXTENSION
         )
         raise ConnectorError(
-            f"{names}, which the Spark Connect server does not have. Start the server with"
-            f" `--packages {coordinates}{confs}` (or its JARs as --jars); this job cannot add them to a server"
+            f"{names}, which the Spark Connect server does not have. Start the server with `--packages"
+            f" {coordinates}{confs}`{instead} (or its JARs as --jars); this job cannot add them to a server"
         )
     raise ConnectorError(
         f"{names}, which is not on Spark's classpath. Start the job with"
-        f" `spark-submit --packages {coordinates} main.py` (make submit does), or run it with python and"
+        f" `spark-submit --packages {coordinates} main.py`{instead} (make submit does), or run it with python and"
         " spark.fetch_packages true on a machine that can reach Maven Central (or the mirror in"
         " ivysettings.xml); without Maven access,"
         " download the JARs with their dependencies and list them in spark.conf as spark.jars"

@@ -28,7 +28,7 @@ from ..core.confs import (
 )
 from ..core.settings import Settings, SettingsError, connect_url, unset_secrets
 from .connector_jars import RESOLUTION_CONFS, resolved_jars
-from .connectors import DELTA_CATALOG, DELTA_EXTENSION, PACKAGES_CONF, resolution_confs
+from .connectors import DELTA_CATALOG, DELTA_EXTENSION, PACKAGES_CONF, KafkaFallback, kafka_fallback, resolution_confs
 from .driver_jvm import OUT_OF_MEMORY_OPTION, jvm_ran_out_of_memory, launch_driver_jvm
 from .java import launched_by_spark_submit, require_java
 from .project_files import project_file
@@ -111,13 +111,14 @@ def static_confs(settings: Settings, submitted: bool) -> dict[str, str]:
     return confs
 
 
-def start_confs(confs: Mapping[str, str]) -> dict[str, str]:
+def start_confs(confs: Mapping[str, str], fallback: KafkaFallback | None = None) -> dict[str, str]:
     """The confs a JVM starts with: spark.jars.packages replaced by the files they resolve to, from the
-    project's connector-jars/ (resolved there first when it has none), in spark.jars, and no Ivy conf
-    (spark-submit would load Ivy's settings for one, printing a line on stdout, where inspect --json goes)."""
+    project's connector-jars/ (resolved there first when it has none, `fallback` where Maven does not serve
+    the Kafka connector asked), in spark.jars, and no Ivy conf (spark-submit would load Ivy's settings for
+    one, printing a line on stdout, where inspect --json goes)."""
     started = {key: value for key, value in confs.items() if key not in RESOLUTION_CONFS}
     if PACKAGES_CONF in confs:
-        jars = resolved_jars(confs, log_dir())
+        jars = resolved_jars(confs, log_dir(), fallback)
         started["spark.jars"] = _joined(confs.get("spark.jars"), ",".join(str(jar) for jar in jars))
     return started
 
@@ -180,7 +181,7 @@ def build_session(
     confs.update(secret_confs(settings))
     confs.update(driver_java_options(confs))
     if not launched_by_spark_submit():
-        confs = start_confs(confs)
+        confs = start_confs(confs, kafka_fallback(settings))
         launch_driver_jvm(
             {**confs, "spark.master": settings.spark.master, "spark.app.name": settings.spark.app_name}, log_dir()
         )

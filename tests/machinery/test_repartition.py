@@ -19,9 +19,12 @@ import time
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.checkpoint.sink_log import COMPACT_INTERVAL_CONF
 from stream_job.machinery.job.endpoints.output import read_output
+from stream_job.machinery.testing import run_batch
 
 from .conftest import (
     BAKED_OPERATOR,
@@ -31,8 +34,10 @@ from .conftest import (
     clean_env,
     committed_batches,
     digest,
+    expected_row_count,
     files_job,
     jvm_free,
+    read_events_batch,
     run_cli,
     run_main,
     start_job,
@@ -143,6 +148,68 @@ def test_repartition_4_to_8_and_back_keeps_the_output_exact(spark, make_settings
 
     # Across both changes: every row of the batch computation on all six files, none twice.
     assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
+
+
+# The default bake's query: the recording does not depend on the operator (the rewrite of each operator's
+# state is test_repartition_4_to_8_and_back_keeps_the_output_exact's).
+@pytest.mark.skipif(BAKED_OPERATOR != DEFAULT_OPERATOR, reason="its query")
+@pytest.mark.parametrize("mode", ["append", "update"])
+def test_a_delta_table_records_the_repartition_batch_and_the_job_goes_on_exact(
+    spark, make_settings, write_settings, tmp_path, mode
+):
+    """The runner's batch runs no query, so no writer commits it: repartition commits it to the table
+    itself, as the writers commit a batch without rows (the query's transaction alone). Without it the
+    next start, `check` and `savepoint create` refuse the table as one that lost committed output. In
+    update mode the table is MERGEd into; the batch is recorded alike. A kill after the table's commit
+    (the state as the kill leaves it: the copy kept under its working name) finishes forward, as a
+    table's commit cannot be taken back."""
+    files = 3
+    changes = files_job(tmp_path, "delta", "rocksdb", changelog=True, files=files)
+    changes["spark"]["shuffle_partitions"] = 4
+    changes["sink"]["output_mode"] = mode
+    settings_4 = write_settings(changes)
+    settings = make_settings(changes)
+    changes["spark"]["shuffle_partitions"] = 8
+    settings_8 = write_settings(changes, name="settings-8.yaml")
+    checkpoint, table = Path(settings.query.checkpoint_location), settings.sink.path
+    hold_back(settings, 2, tmp_path / "later")
+    run_job(settings_4)
+    last = committed_batches(checkpoint)[-1]
+    query = json.loads((checkpoint / "metadata").read_text())["id"]
+
+    moved = repartition(settings_8, "--keep-copy")
+    assert moved.returncode == 0, moved.stdout[-3000:] + moved.stderr[-3000:]
+    checked = run_cli("check", "--settings", str(settings_8))
+    assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
+    assert f"the Delta table {table} has batch {last + 1} as one without rows" in moved.stdout
+    assert DeltaTable(table).transaction_version(query) == last + 1
+
+    # Killed after the table's commit: the start refuses, repartition finishes the repartition.
+    kept = checkpoint.with_name(f"checkpoint.before-repartition-{last}")
+    kept.rename(checkpoint.with_name(f"checkpoint.repartitioning-{last}-to-8"))
+    assert run_cli("check", "--settings", str(settings_8)).returncode == 4
+    finished = repartition(settings_8)
+    assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
+    assert (
+        f"finished the repartition into 8 partitions that stopped after the Delta table had recorded its batch {last + 1}"
+        in finished.stdout
+    )
+    assert "nothing to do" in finished.stdout
+    assert not [path for path in tmp_path.iterdir() if ".repartition" in path.name]
+    assert pinned_partitions(checkpoint) == 8 and committed_batches(checkpoint)[-1] == last + 1
+
+    let_arrive(settings, 1, tmp_path / "later")
+    run_job(settings_8)
+    held = read_output(spark, settings.sink)
+    events = read_events_batch(spark, settings.source.files.path)
+    if mode == "append":  # the closed windows, counted by hand from the input's shape
+        expected, rows = batch_expectation(spark, settings), expected_row_count(BAKED_OPERATOR, files)
+    else:  # every window's current count: the batch query on all the input
+        expected = run_batch(spark, events, query=settings.query)
+        rows = events.select(F.window("event_time", settings.query.window), "key").distinct().count()
+    assert held.count() == rows
+    assertDataFrameEqual(held, expected.select(*held.columns))
+    assert run_cli("check", "--settings", str(settings_8)).returncode == 0
 
 
 def test_repartition_refusals_name_the_way_out_and_change_nothing(spark, make_settings, write_settings, tmp_path):

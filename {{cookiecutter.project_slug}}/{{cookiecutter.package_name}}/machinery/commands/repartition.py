@@ -8,8 +8,9 @@ from pathlib import Path
 
 from ..core.checkpoint.files import interrupted, last_committed, local_checkpoint
 from ..core.checkpoint.run_lock import holding
-from ..core.checkpoint.sink_log import LOG_DIR
+from ..core.checkpoint.sink_log import COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL, LOG_DIR
 from ..core.settings import Settings, load_settings
+from ..job.endpoints.output_log import OutputLog
 from ..operations.repartition import (
     Plan,
     RepartitionFailed,
@@ -53,7 +54,7 @@ def cmd_repartition(args: argparse.Namespace) -> int:
             " Connect session has no such call), and spark.remote is set; run it without spark.remote (and"
             " SPARK_REMOTE) on a machine whose Spark reaches the checkpoint, with the job stopped; nothing was changed"
         )
-    output = _file_sink_output(settings)
+    output = _output_log(settings)
     recovered = _recover_interrupted(location, output)
     try:
         chosen = plan(location, args.partitions or settings.spark.shuffle_partitions, args.finish_last_batch)
@@ -86,12 +87,13 @@ def cmd_repartition(args: argparse.Namespace) -> int:
                 chosen,
                 lambda batch: inspect_checkpoint(spark, location, (batch, "rocksdb"), batch),
                 args.keep_copy,
-                _output_recorder(spark, output),
-                output,
+                _as_the_session_sets_it(output, spark),
             )
         except RepartitionFailed as error:
             print(f"repartition failed: {error}", flush=True)
             return EXIT_QUERY_FAILED
+    if result.recorded is not None:
+        print(f"repartition: {result.recorded}")
     for (operator, store), rows in sorted(result.after.items()):
         print(f"repartition: operator {operator} store {store}: {rows:,} rows before and after")
     kept = f"the copy is kept at {result.copy_kept}" if result.copy_kept else "the copy was removed"
@@ -103,7 +105,7 @@ def cmd_repartition(args: argparse.Namespace) -> int:
     return 0
 
 
-def _recover_interrupted(location: str, output: Path | None) -> bool:
+def _recover_interrupted(location: str, output: OutputLog | None) -> bool:
     """Put back what a repartition that did not finish left (a kill, a crash), before anything else."""
     checkpoint = local_checkpoint(location)
     if checkpoint is None or interrupted(checkpoint) is None:
@@ -114,33 +116,41 @@ def _recover_interrupted(location: str, output: Path | None) -> bool:
     return True
 
 
-def _file_sink_output(settings: Settings) -> Path | None:
-    """The parquet sink's output folder, whose batch log gets the runner's batch; checked before anything."""
-    if settings.sink.type != "parquet":
-        return None
-    output = local_checkpoint(settings.sink.path)
-    if output is None:
+def _output_log(settings: Settings) -> OutputLog | None:
+    """The log of the sink's output that gets the runner's batch (the parquet sink's, a Delta table's), checked
+    before anything; None for a sink without one, and for a Delta table elsewhere than on this machine's disk
+    (Spark's Delta sink and the writers go on from the next batch; only a local table is checked for it)."""
+    sink, checkpoint = settings.sink, local_checkpoint(settings.query.checkpoint_location)
+    output = local_checkpoint(sink.path) if sink.type in ("parquet", "delta") else None
+    if sink.type == "parquet" and output is None:
         raise RepartitionRefused(
-            f"the parquet output {settings.sink.path} is not on the local file system: repartition adds a batch"
+            f"the parquet output {sink.path} is not on the local file system: repartition adds a batch"
             f" that the file sink never ran, and writes its empty entry into {LOG_DIR} itself. Repartition where"
             " the output is mounted locally (or a copy of it, with the job stopped)"
         )
-    return output
+    if output is None or checkpoint is None:
+        return None
+    if sink.type == "delta":
+        _require_deltalake(output)
+    return OutputLog(sink.type, output, checkpoint)
 
 
-def _output_recorder(spark, output: Path | None):
+def _require_deltalake(table: Path) -> None:
+    try:
+        import deltalake  # noqa: F401
+    except ImportError:
+        raise RepartitionRefused(
+            f"sink.path {table} is a Delta table, and repartition records the batch it adds in it with the"
+            " deltalake package, which is not installed: pip install deltalake, then run again"
+        ) from None
+
+
+def _as_the_session_sets_it(output: OutputLog | None, spark) -> OutputLog | None:
+    """The file sink's merge interval as the job's session sets it (a log's own merges decide once it has one)."""
     if output is None:
         return None
-    from ..core.checkpoint.sink_log import COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL, record_empty_batch
-
     interval = int(spark.conf.get(COMPACT_INTERVAL_CONF, str(DEFAULT_COMPACT_INTERVAL)))
-
-    def record(batch: int) -> None:
-        written = record_empty_batch(output, batch, interval)
-        if written is not None:
-            print(f"repartition: the parquet sink's log has batch {batch} as one without files ({written})")
-
-    return record
+    return dataclasses.replace(output, compact_interval=interval)
 
 
 def _finish_last_batch(spark, settings: Settings, chosen: Plan) -> Plan:

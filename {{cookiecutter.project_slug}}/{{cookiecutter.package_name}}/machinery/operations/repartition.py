@@ -16,7 +16,8 @@ under a temporary name and renamed when whole; while it is in place under its wo
 (`<checkpoint>.repartitioning-<batch>-to-<count>`) the repartition has not finished, and the start,
 `check` and `repartition` see it: `repartition` puts the checkpoint back from it (and takes out of the
 file sink's log the entry of the batch the runner added), then goes on. Renaming the copy away is the
-moment the new state counts.
+moment the new state counts, or, with a Delta sink, the table's commit of the runner's batch, the last
+step before it: a table's commit cannot be taken back, so a repartition killed after it is finished.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ from ..core.checkpoint.files import (
     read_checkpoint,
 )
 from ..core.checkpoint.run_lock import holder
-from ..core.checkpoint.sink_log import remove_entries_after
 from ..core.confs import PARTITIONS_CONF, PROVIDER_CONF, provider_name
 from ..core.contract import PACKAGE
+from ..job.endpoints.output_log import OutputLog, OutputNotRecorded
 from ..job.spark_errors import spark_errors
 from .inspection import Inspection
 from .state_reader import spark_message, spark_path
@@ -186,6 +187,7 @@ class Result:
     before: dict[tuple[int, str], int]  # (operator id, store) -> rows
     after: dict[tuple[int, str], int]
     copy_kept: Path | None
+    recorded: str | None  # what the output's log got for the batch, None when nothing was written
 
 
 def repartition(
@@ -193,14 +195,12 @@ def repartition(
     chosen: Plan,
     inspect: Callable[[int], Inspection],
     keep_copy: bool = False,
-    record_in_output: Callable[[int], object] | None = None,
-    output: Path | None = None,
+    output: OutputLog | None = None,
 ) -> Result:
-    """Copy the checkpoint, run Spark's runner, verify the state; put the copy back on any failure.
+    """Copy the checkpoint, run Spark's runner, verify the state, record the runner's batch in the
+    output's log (a sink that keeps one); put the copy back on any failure.
 
-    `inspect(batch)` reads every operator's state as of a batch (inspection.inspect_checkpoint);
-    `record_in_output(batch)` tells a sink that keeps its own batch log (in `output`) about the batch the
-    runner adds.
+    `inspect(batch)` reads every operator's state as of a batch (inspection.inspect_checkpoint).
     """
     before = inspect(chosen.last_committed)
     copy = chosen.working_copy
@@ -210,8 +210,7 @@ def repartition(
         batch = _run_runner(spark, chosen)
         after = inspect(batch)
         _verify(chosen, batch, before, after)
-        if record_in_output is not None:
-            record_in_output(batch)
+        recorded = None if output is None else _record(output, batch)
     except BaseException as error:
         put_back(chosen.checkpoint, copy, output)
         if isinstance(error, RepartitionFailed):
@@ -225,10 +224,21 @@ def repartition(
     if keep_copy:
         copy.rename(chosen.copy)
     else:
-        discarded = copy.with_name(copy.name + DISCARDED)
-        copy.rename(discarded)
-        shutil.rmtree(discarded)
-    return Result(chosen, batch, _rows(before), _rows(after), chosen.copy if keep_copy else None)
+        _discard(copy)
+    return Result(chosen, batch, _rows(before), _rows(after), chosen.copy if keep_copy else None, recorded)
+
+
+def _record(output: OutputLog, batch: int) -> str | None:
+    try:
+        return output.record_empty_batch(batch)
+    except OutputNotRecorded as error:
+        raise RepartitionFailed(f"{error}; the checkpoint was put back as it was") from None
+
+
+def _discard(copy: Path) -> None:
+    discarded = copy.with_name(copy.name + DISCARDED)
+    copy.rename(discarded)
+    shutil.rmtree(discarded)
 
 
 def _run_runner(spark: SparkSession, chosen: Plan) -> int:
@@ -268,15 +278,22 @@ def _verify(chosen: Plan, batch: int, before: Inspection, after: Inspection) -> 
         )
 
 
-def recover(checkpoint: Path, output: Path | None) -> list[str]:
+def recover(checkpoint: Path, output: OutputLog | None) -> list[str]:
     """Finish what an interrupted repartition left: the checkpoint put back from the working copy (and
-    the output's log without the batch the runner added), half-made or discarded copies removed. The
-    lines say what was done."""
+    the output's log without the batch the runner added), or the repartition finished when the output
+    holds its batch for good; half-made or discarded copies removed. The lines say what was done."""
     found = interrupted(checkpoint)
     if found is None:
         return []
     lines = []
-    if found.working_copy is not None:
+    if found.working_copy is not None and _recorded_for_good(checkpoint, found.working_copy, output):
+        _discard(found.working_copy)
+        lines.append(
+            f"finished the repartition into {found.partitions_new} partitions that stopped after the Delta table"
+            f" had recorded its batch {last_committed(checkpoint)} (a commit cannot be taken back; {checkpoint}"
+            f" holds the verified state): removed the copy {found.working_copy}"
+        )
+    elif found.working_copy is not None:
         removed = put_back(checkpoint, found.working_copy, output)
         extra = f"; took out of the output's log the entries it had added ({', '.join(removed)})" if removed else ""
         lines.append(
@@ -290,7 +307,16 @@ def recover(checkpoint: Path, output: Path | None) -> list[str]:
     return lines
 
 
-def put_back(checkpoint: Path, copy: Path, output: Path | None) -> list[str]:
+def _recorded_for_good(checkpoint: Path, copy: Path, output: OutputLog | None) -> bool:
+    """The output holds the runner's batch and cannot take it out: the last step before the copy's rename
+    was taken (the output records the batch only once the state is verified)."""
+    if output is None or not checkpoint.is_dir():
+        return False
+    batch, before = last_committed(checkpoint), last_committed(copy)
+    return batch is not None and batch > (-1 if before is None else before) and output.holds_for_good(batch)
+
+
+def put_back(checkpoint: Path, copy: Path, output: OutputLog | None) -> list[str]:
     """Put the checkpoint back from the copy (renames: no half-copied state is ever in place), and take
     out of the file sink's log any batch the restored checkpoint does not hold. Each step can be taken
     again after a kill in the middle of it. The names of the log entries removed."""
@@ -303,4 +329,4 @@ def put_back(checkpoint: Path, copy: Path, output: Path | None) -> list[str]:
     latest = latest_offsets(checkpoint)
     if output is None or latest is None:
         return []
-    return [path.name for path in remove_entries_after(output, latest[0])]
+    return output.take_out_after(latest[0])

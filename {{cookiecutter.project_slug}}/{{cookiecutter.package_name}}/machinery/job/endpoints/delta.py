@@ -94,7 +94,7 @@ class DeltaLakeBatchWriter(_BatchWriter):
     """delta-rs: appends each batch, or MERGEs it by `key` (update mode)."""
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake import write_deltalake
         from deltalake.exceptions import CommitFailedError
 
         app_id = self.query_id(batch)
@@ -110,7 +110,7 @@ class DeltaLakeBatchWriter(_BatchWriter):
             )
             return
         rows = batch.toArrow()
-        committed = CommitProperties(app_transactions=[Transaction(app_id=app_id, version=batch_id)])
+        committed = _transaction(app_id, batch_id)
         if self.key is not None:
             self.refuse_repeated_key(batch_id, _most_rows_of_a_key(rows, self.key))
         try:
@@ -223,6 +223,29 @@ def _arrow_range(rows, key: MergeKey) -> BatchRange | None:
     values = rows.column(key.bounded).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
     extremes = pc.min_max(values).as_py()
     return BatchRange(extremes["min"], extremes["max"], values.null_count > 0)
+
+
+def _transaction(app_id: str, batch_id: int):
+    """A commit's record of the batch: the application transaction Spark's Delta sink writes too."""
+    from deltalake import CommitProperties, Transaction
+
+    return CommitProperties(app_transactions=[Transaction(app_id=app_id, version=batch_id)])
+
+
+def record_empty_batch(path: str, app_id: str, batch_id: int) -> int | None:
+    """Commit a batch without rows to the table at `path`, as the writers commit one: an append of no rows
+    with the query's transaction, the table's log then records the batch (delta-spark reads the same txn
+    action). The table's new version; None without a table, or when it holds the batch already."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    table = open_table(path)
+    recorded = None if table is None else table.transaction_version(app_id)
+    if table is None or (recorded is not None and recorded >= batch_id):
+        return None
+    no_rows = pa.schema(table.schema().to_arrow()).empty_table()
+    write_deltalake(table, no_rows, mode="append", commit_properties=_transaction(app_id, batch_id))
+    return table.version()
 
 
 def open_table(path: str):

@@ -475,8 +475,8 @@ class Interrupted:
         return (
             f"a repartition of {self.checkpoint} into {self.partitions_new} partitions did not finish (its copy"
             f" {self.working_copy} is still in place): run python -m {PACKAGE} repartition --partitions"
-            f" {self.partitions_new} again; it first puts the checkpoint back as it was from the copy (nothing is"
-            " lost), then repartitions"
+            f" {self.partitions_new} again; it puts the checkpoint back as it was from the copy and repartitions, or"
+            " finishes the repartition where a Delta table already holds its batch (nothing is lost)"
         )
 
 

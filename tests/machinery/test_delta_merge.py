@@ -25,6 +25,7 @@ from deltalake import DeltaTable
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.delta_merge import TARGET_FILE_BYTES, DeltaSinkRefused, MergeKey
 from stream_job.machinery.core.settings import SettingsError, load_settings
+from stream_job.machinery.job.endpoints import sinks
 from stream_job.machinery.job.endpoints.delta import TXN_APP_ID, DeltaLakeBatchWriter
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 from stream_job.machinery.job.merge_key import FROM_PLAN, FROM_SETTINGS, merge_key
@@ -315,6 +316,131 @@ def test_another_writers_commit_in_between_is_one_line_and_the_batch_unwritten(s
     assert "\n" not in refused.value.line  # delta-rs's message runs on over a second line
     assert DeltaTable(table).transaction_version("query-1") == 0  # batch 1 not recorded: it runs again
     assertDataFrameEqual(table_rows(spark, table), rows(spark, (0, "key-0", 103), (0, "key-1", 1)))
+
+
+class CompactedMeanwhile(DeltaLakeBatchWriter):
+    """The writer, with a compaction (deltalake's optimize.compact) of the files it merges into landing between
+    its first read of the table and its commit."""
+
+    compactions = 0
+
+    def table(self):
+        read = super().table()
+        if not self.compactions:
+            self.compactions = DeltaTable(self.path).optimize.compact()["numFilesRemoved"]
+        return read
+
+
+def test_a_merge_that_loses_to_a_compaction_runs_again_on_the_compacted_table(spark, tmp_path):
+    """OPTIMIZE beside a running job: a MERGE whose files a compaction rewrote between its read and its commit
+    loses (delta-rs's CommitFailedError; delta-spark's ConcurrentAppendException, naming the OPTIMIZE, seen by
+    hand), and the job stopped. A compaction changes no row: the batch now merges again, into the compacted
+    table, which holds each key's result once. (Another writer's data still stops it: the test above.)"""
+    from .test_delta_writer import rows, table_rows, writer_of
+
+    table = str(tmp_path / "table")
+    writer = writer_of(tmp_path, table, "query-1")
+    for batch_id, key in enumerate(("key-0", "key-1", "key-2")):  # three files of window 0
+        writer(rows(spark, (0, key, 1)), batch_id)
+    compacted = CompactedMeanwhile(
+        table, str(tmp_path / "checkpoint-query-1"), MergeKey(("window_start", "key"), FROM_PLAN, "window_start")
+    )
+    compacted(rows(spark, (0, "key-0", 4), (0, "key-2", 6), (0, "key-3", 1)), 3)
+    assert compacted.compactions == 3
+    assert [entry["operation"] for entry in DeltaTable(table).history()][:2] == ["MERGE", "OPTIMIZE"]
+    assert DeltaTable(table).transaction_version("query-1") == 3
+    assertDataFrameEqual(
+        table_rows(spark, table), rows(spark, (0, "key-0", 4), (0, "key-1", 1), (0, "key-2", 6), (0, "key-3", 1))
+    )
+
+
+class VacuumedMeanwhile(DeltaLakeBatchWriter):
+    """The writer, beside a VACUUM with a retention of 0 and its check off (every file its snapshot does not
+    list, as deltalake's vacuum(full=True) and Spark's VACUUM delete) that read the table before the last
+    batch's commit, and so deletes the files that commit wrote: the race of such a VACUUM with a running job."""
+
+    def table(self):
+        read = super().table()
+        before = getattr(self, "before", None)
+        if before is not None and read is not None and read.version() > before.version():
+            before.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
+        # The table as a VACUUM starting now reads it (an object of its own: the MERGE moves the writer's on).
+        self.before = None if read is None else DeltaTable(self.path, version=read.version())
+        return read
+
+
+def test_a_batchs_files_a_vacuum_deletes_before_its_commit_stop_the_next_batch_in_one_line(
+    write_settings, tmp_path, monkeypatch
+):
+    """The table then lists files that are gone, and their rows are lost: the job went on, exit 0, and only a
+    read of the table failed. Now the next batch refuses it before it writes, naming the files, and so does the
+    next start (the lost-output check)."""
+    path = write_settings(update_job(tmp_path, "deltalake", files=2))
+    table = tmp_path / "output"
+    with monkeypatch.context() as meanwhile:
+        meanwhile.setattr(sinks, "DeltaLakeBatchWriter", VacuumedMeanwhile)
+        result = run_main("--settings", str(path))
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-3000:]
+    gone = [uri for uri in DeltaTable(str(table)).file_uris() if not Path(uri).exists()]
+    assert len(gone) == 1
+    assert result.stderr.splitlines() == [
+        f"delta sink: sink.path {table}: the Delta table lost data files while the job ran: 1 of the files its log"
+        f" lists as committed are gone ({gone[0]}), and their rows with them (a VACUUM with its retention check off"
+        " and a retention shorter than a batch deletes the files a batch wrote before it commits); nothing of batch"
+        " 2 was written. Put the files back (a backup), or set query.checkpoint_location to a new directory and"
+        " sink.path to an empty one, and reprocess the input from the start; while the job runs, VACUUM with"
+        " Delta's retention check on"
+    ]
+    restart = run_main("--settings", str(path))
+    assert (
+        restart.returncode == 4 and f"1 of the files its log lists as committed are gone ({gone[0]})" in restart.stderr
+    )
+
+
+class ColumnAddedMeanwhile(DeltaLakeBatchWriter):
+    """The writer, with another tool adding a column to the table once the job has written a batch to it."""
+
+    def table(self):
+        read = super().table()
+        if read is not None and "note" not in read.schema().to_arrow().names:
+            from deltalake import Field
+
+            read.alter.add_columns([Field("note", "string", nullable=True)])
+            return super().table()
+        return read
+
+
+def test_a_column_another_tool_adds_while_the_job_runs_stops_the_next_batch_unwritten_in_one_line(
+    spark, write_settings, tmp_path, monkeypatch
+):
+    """The start refuses a table of other columns (above); one that gains a column while the job runs is refused
+    by the next batch, before it writes anything (delta-rs's MERGE failed with a 40-line SchemaMismatchError).
+    The way out the line gives, the table restored to its version before the change, ends with every key's
+    result."""
+    changes = update_job(tmp_path, "deltalake", files=2)
+    path = write_settings(changes)
+    table, checkpoint = tmp_path / "output", tmp_path / "checkpoint"
+    with monkeypatch.context() as meanwhile:
+        meanwhile.setattr(sinks, "DeltaLakeBatchWriter", ColumnAddedMeanwhile)
+        result = run_main("--settings", str(path))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [
+        f"delta sink: sink.path {table}: the Delta table's columns changed while the job ran (another tool's ALTER"
+        " TABLE or write): it holds note string, which the query's output lacks; a MERGE writes each row whole, by"
+        " name, so nothing of batch 1 was written. Restore the table to its version before the change (RESTORE TABLE"
+        " ... TO VERSION AS OF, deltalake's DeltaTable.restore) or change the query to the table's columns, then"
+        " start again: the batch runs again; or set query.checkpoint_location to a new directory and sink.path to an"
+        " empty one, and reprocess the input from the start"
+    ]
+    written = DeltaTable(str(table))
+    assert committed_batches(checkpoint) == [0] and (written.version(), table_log(table)) == (1, {0: 0})
+
+    written.restore(0)
+    restart = run_main("--settings", str(path))
+    assert restart.returncode == 0, restart.stderr[-3000:]
+    settings = load_settings(path)
+    expected = expected_after(spark, Path(settings.source.files.path), 1, settings.query)
+    assertDataFrameEqual(spark.createDataFrame(DeltaTable(str(table)).to_pyarrow_table()), expected)
 
 
 def test_the_txn_confs_set_on_a_batchs_session_stay_in_that_querys_session(spark, tmp_path):

@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.checkpoint.files import START_OVER
 from stream_job.machinery.core.settings import Settings
+from stream_job.machinery.job.endpoints import sinks
+from stream_job.machinery.job.endpoints.delta import DeltaLakeBatchWriter, committed_version
 from stream_job.machinery.job.endpoints.output import read_output
 
 from .conftest import (
@@ -22,6 +25,7 @@ from .conftest import (
     batch_expectation,
     committed_batches,
     digest,
+    edited_query,
     files_job,
     run_cli,
     run_job_of,
@@ -132,7 +136,11 @@ def test_a_delta_table_moved_away_or_behind_the_checkpoint_is_refused_and_once_b
     for part in (output / "_delta_log").glob(f"*{last:020d}*"):
         part.unlink()
     query = json.loads((checkpoint / "metadata").read_text())["id"]
-    older = f"its Delta table holds the batches of query {query} up to {last - 1} (its log's transactions)"
+    older = (
+        f"its Delta table holds the batches of query {query} up to {last - 1} (its log's transactions; of the batches"
+        f" after it, batch {last} may have written rows: an aggregation in append mode writes the windows a moved"
+        " watermark closes)"
+    )
     assert refused_start(path, checkpoint, "") == f"checkpoint error: {lost_output_line(settings, older)}"
 
     shutil.rmtree(output)
@@ -141,6 +149,101 @@ def test_a_delta_table_moved_away_or_behind_the_checkpoint_is_refused_and_once_b
     rest = run_job_of(sink, path)
     assert rest.returncode == 0, rest.stdout[-2000:] + rest.stderr[-3000:]
     assert committed_batches(checkpoint)[-1] > last
+    assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
+
+
+class OlderTemplatesWriter(DeltaLakeBatchWriter):
+    """The deltalake writer of templates before commit 15b007b (`git log -S "data.num_rows == 0"`): a batch
+    without rows made no commit, so its table lacks such batches of the checkpoint's."""
+
+    def __call__(self, batch, batch_id):
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        data = batch.toArrow()
+        if data.num_rows == 0:
+            return
+        transaction = Transaction(app_id=self.query_id(batch), version=batch_id)
+        write_deltalake(
+            self.path, data, mode="append", commit_properties=CommitProperties(app_transactions=[transaction])
+        )
+
+
+# The starter's query with a stateless branch beside the aggregation: its rows are written in any batch.
+UNION_OF_RAW_EVENTS = {
+    """            "key",
+            "events",
+        )
+    )
+""": """            "key",
+            "events",
+        )
+    ).unionByName(
+        events.select(
+            F.col("event_time").alias("window_start"),
+            F.col("event_time").alias("window_end"),
+            "key",
+            F.lit(1).cast("long").alias("events"),
+        )
+    )
+"""
+}
+
+
+def test_a_delta_table_lacking_only_batches_without_rows_of_the_older_deltalake_writer_goes_on_to_every_row(
+    spark, make_settings, write_settings, tmp_path, monkeypatch
+):
+    """A table of the older deltalake writer lacks the batches that wrote no row. In append mode an aggregation
+    writes the windows the watermark closes, so a batch that ran with the watermark of the batch before it wrote
+    none (Spark's offsets file holds each batch's watermark): such a table is whole, and the start goes on (it
+    used to be refused as lost output, with a way out no such table has). Where the output does not come
+    straight from the aggregation (a stateless branch beside it), those batches may have written rows: refused."""
+    changes = files_job(tmp_path, "delta", ANY_PROVIDER, files=2)
+    path = write_settings(changes)
+    settings = make_settings(changes)
+    checkpoint, landing = Path(settings.query.checkpoint_location), Path(settings.source.files.path)
+    held_back = sorted(landing.iterdir())[-1]
+    held_back.rename(tmp_path / held_back.name)
+    first = run_main("--settings", str(path))
+    assert first.returncode == 0, first.stderr[-3000:]
+
+    # Events of the windows still open: a batch that moves no watermark and closes no window, run by
+    # the older writer, which leaves it out of the table.
+    newest = max(
+        datetime.fromisoformat(json.loads(line)["event_time"].replace("Z", "+00:00"))
+        for file in landing.iterdir()
+        for line in file.read_text().splitlines()
+    )
+    events = [
+        {"event_id": f"open-{n}", "key": f"key-{n % 4}", "event_time": (newest - timedelta(seconds=5 * n)).isoformat()}
+        for n in range(10)
+    ]
+    (landing / "events-open.json").write_text("".join(json.dumps(event) + "\n" for event in events))
+    with monkeypatch.context() as older:
+        older.setattr(sinks, "DeltaLakeBatchWriter", OlderTemplatesWriter)
+        tail = run_main("--settings", str(path))
+    assert tail.returncode == 0, tail.stderr[-3000:]
+    query = json.loads((checkpoint / "metadata").read_text())["id"]
+    last = committed_batches(checkpoint)[-1]
+    assert committed_version(settings.sink.path, query) == last - 1
+
+    with edited_query(UNION_OF_RAW_EVENTS):
+        line = refused_start(path, checkpoint, "")
+    assert line == "checkpoint error: " + lost_output_line(
+        settings,
+        f"its Delta table holds the batches of query {query} up to {last - 1} (its log's transactions; batch {last}"
+        f" ran with the watermark of batch {last - 1}, which writes no row only where the output comes straight"
+        " from an aggregation, and this query's comes from a Union)",
+    )
+
+    (tmp_path / held_back.name).rename(held_back)
+    rest = run_main("--settings", str(path))
+    assert rest.returncode == 0, rest.stdout[-2000:] + rest.stderr[-3000:]
+    assert (
+        f"checkpoint: sink.path {settings.sink.path}: its Delta table holds the batches of query {query} up to"
+        f" {last - 1} and the checkpoint {checkpoint} committed up to {last}: batch {last} ran with the watermark of"
+        f" batch {last - 1}: an aggregation in append mode writes a row for each window the watermark closes, and"
+        " this closed none"
+    ) in rest.stdout
     assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
 
 

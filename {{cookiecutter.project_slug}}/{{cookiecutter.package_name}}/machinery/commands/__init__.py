@@ -29,6 +29,7 @@ from ..job.endpoints.delta import MissingPackageError
 from ..job.endpoints.kafka import KafkaEndpointError
 from ..job.heap import OutOfMemory
 from ..job.java import JavaError
+from ..job.output_check import OutputLost
 from ..job.query_plan import QueryRefused
 from ..job.remote import ClientMissing, ServerGone, ServerUnreachable
 from ..job.schema_evolution import StateSchemaRefused
@@ -62,6 +63,7 @@ REFUSALS: dict[type[Exception], tuple[str, int]] = {
     InspectError: ("inspect error", EXIT_BAD_INPUT),
     KafkaEndpointError: ("kafka error", EXIT_BAD_INPUT),
     OutputColumnsChanged: ("output error", EXIT_CHECKPOINT_DRIFT),
+    OutputLost: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     ContractError: ("query error", EXIT_BAD_INPUT),
     QueryCodeError: ("query error", EXIT_BAD_INPUT),
     OutOfMemory: ("out of memory", EXIT_QUERY_FAILED),

@@ -9,6 +9,7 @@ min/max statistics), so a MERGE reads the files of the batch's windows, not the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -25,6 +26,10 @@ TARGET, SOURCE = "t", "s"
 # but 1 to 3 million of the benchmark's rows, which compress to 0.35 to 1.1 bytes.
 MAX_ROWS_PER_FILE = 100_000
 TARGET_FILE_BYTES = 2**20
+# A MERGE that lost to commits changing no row (a compaction, a VACUUM's records) runs again, this many times
+# in all; another writer's data, or compactions that keep rewriting its files, end the batch in one line.
+COMMIT_ATTEMPTS = 4
+UPKEEP_OPERATIONS = ("OPTIMIZE", "VACUUM START", "VACUUM END")
 # Marks the one line of a refused batch in Spark's report of the failure (foreachBatch's Python error).
 DELTA_SINK_REFUSED = "DELTA_SINK_REFUSED"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -89,8 +94,18 @@ def repeated_key_line(path: str, key: MergeKey, batch_id: int, rows: int) -> str
 def conflict_line(path: str, batch_id: int, error: str) -> str:
     return (
         f"sink.path {path}: another writer committed to the Delta table while batch {batch_id} merged into it"
-        f" ({error}); nothing of the batch was written. Stop the other writer (a job on the same table, or an"
-        " OPTIMIZE, DELETE or UPDATE of the rows it merges), then start again: the batch runs again"
+        f" ({error}); nothing of the batch was written. Stop the other writer (a job on the same table, a DELETE or"
+        f" UPDATE of the rows it merges, or a compaction of its files at each of its {COMMIT_ATTEMPTS} tries), then"
+        " start again: the batch runs again"
+    )
+
+
+def files_gone_line(path: str, batch_id: int, gone: str) -> str:
+    return (
+        f"sink.path {path}: the Delta table lost data files while the job ran: {gone}, and their rows with them (a"
+        " VACUUM with its retention check off and a retention shorter than a batch deletes the files a batch wrote"
+        f" before it commits); nothing of batch {batch_id} was written. Put the files back (a backup), or"
+        f" {START_OVER}; while the job runs, VACUUM with Delta's retention check on"
     )
 
 
@@ -99,6 +114,26 @@ def table_gone_line(path: str, batch_id: int) -> str:
         f"sink.path {path}: the Delta table this job wrote to is gone (deleted or moved while the job ran);"
         f" nothing of batch {batch_id} was written, and a new table would hold only what follows. Put the table"
         f" back and start again (the batch runs again), or {START_OVER}"
+    )
+
+
+def columns_differ(table: Sequence[str], output: Sequence[str]) -> bool:
+    """A MERGE sets and inserts by name: the same columns in any order fit."""
+    return sorted(table) != sorted(output)
+
+
+def columns_changed_line(path: str, batch_id: int, table: Sequence[str], output: Sequence[str]) -> str:
+    """A table whose columns another tool changed while the job ran (the start refuses it with schema_line)."""
+    gained = [column for column in table if column not in output]
+    lost = [column for column in output if column not in table]
+    held = f"holds {', '.join(gained)}, which the query's output lacks" if gained else ""
+    lacks = f"lacks {', '.join(lost)}, which the query writes" if lost else ""
+    return (
+        f"sink.path {path}: the Delta table's columns changed while the job ran (another tool's ALTER TABLE or"
+        f" write): it {' and '.join(part for part in (held, lacks) if part)}; a MERGE writes each row whole, by name,"
+        f" so nothing of batch {batch_id} was written. Restore the table to its version before the change (RESTORE"
+        " TABLE ... TO VERSION AS OF, deltalake's DeltaTable.restore) or change the query to the table's columns,"
+        f" then start again: the batch runs again; or {START_OVER}"
     )
 
 

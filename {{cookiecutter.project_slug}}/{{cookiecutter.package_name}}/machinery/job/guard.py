@@ -33,7 +33,7 @@ from ..core.operators import OPERATORS
 from ..core.real_time import STATE_NAMES
 from ..core.settings import Settings
 from .endpoints.delta import mode_written
-from .output_check import check_sink_log, lost_output, output_ahead, output_elsewhere, with_output
+from .output_check import behind_notes, check_sink_log, lost_output, output_ahead, output_elsewhere, with_output
 from .session import spark_confs
 from .state_checks import snapshot_findings
 from .state_fit import KeyRecord
@@ -115,6 +115,7 @@ def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool
     report.notes += mode_notes
     report.refusals += moved_paths(settings, held)
     report.refusals += lost_output(settings, held) if output_seen else []
+    report.notes += behind_notes(settings, held) if output_seen else []
     if not any(drift.setting == "state_store.provider" for drift in report.drifts):
         report.notes += changelog_notes(settings, checkpoint, files)
         if settings.state_store.provider == "rocksdb" and held.last_committed is not None and files is not LOCAL:

@@ -9,15 +9,14 @@ against the output either way. A table already at sink.path must hold the output
 
 from __future__ import annotations
 
-import json
 import re
 
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType, TimestampType
 
-from ..core.delta_merge import MergeKey, schema_line
+from ..core.delta_merge import MergeKey, columns_differ, schema_line
 from ..core.settings import Settings, SettingsError, SinkSettings
-from .output_check import columns
+from .endpoints.delta import columns, table_schema
 from .plan_source import PlanNode, analyzed_plan, column, items, split_top
 from .query_plan import is_stateful
 
@@ -67,14 +66,24 @@ def _key(columns: tuple[str, ...], origin: str, schema: StructType) -> MergeKey:
     return MergeKey(columns, origin, next((name for name in columns if name in timestamps), None))
 
 
-def plan_key(root: PlanNode) -> tuple[list[str], str | None]:
-    """The output columns that carry the last aggregation's grouping columns, or ([], why not)."""
+def output_source(root: PlanNode) -> tuple[list[PlanNode], PlanNode]:
+    """The nodes that pass the output on row for row, top down, and the node it comes from below them."""
     above: list[PlanNode] = []
     node = root
     while node.kind in _PASS_THROUGH and node.children:
         above.append(node)
         node = node.children[0]
-    if node.kind != "Aggregate" or not node.streaming:
+    return above, node
+
+
+def from_aggregation(node: PlanNode) -> bool:
+    return node.kind == "Aggregate" and node.streaming
+
+
+def plan_key(root: PlanNode) -> tuple[list[str], str | None]:
+    """The output columns that carry the last aggregation's grouping columns, or ([], why not)."""
+    above, node = output_source(root)
+    if not from_aggregation(node):
         return (
             [],
             f"the query's output comes from a {node.kind}, not straight from an aggregation, so its plan gives no key",
@@ -178,8 +187,8 @@ def table_columns_refusal(settings: Settings, result: DataFrame) -> str | None:
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError
 
-        schema = StructType.fromJson(json.loads(DeltaTable(settings.sink.path).schema().to_json()))
+        schema = table_schema(DeltaTable(settings.sink.path))
     except (ImportError, DeltaError, OSError):  # TableNotFoundError is a DeltaError
         return None
     table, output = columns(schema), columns(result.schema)
-    return None if sorted(table) == sorted(output) else schema_line(settings.sink.path, list(table), list(output))
+    return schema_line(settings.sink.path, list(table), list(output)) if columns_differ(table, output) else None

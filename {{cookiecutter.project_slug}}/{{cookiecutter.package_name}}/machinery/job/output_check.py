@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import pyarrow.parquet as pq
 from pyspark.sql.types import StructType
@@ -28,14 +27,22 @@ from ..core.checkpoint.files import (
     START_OVER,
     CheckpointRead,
     CheckpointUnreadable,
+    batch_metadata,
     check_checksums,
     local_checkpoint,
 )
-from ..core.checkpoint.sink_log import DELTA_LOG, LOG_DIR, LOG_VERSION, SinkLog, read_sink_log
+from ..core.checkpoint.sink_log import (
+    DELTA_LOG,
+    LOG_DIR,
+    LOG_VERSION,
+    MISSING_SHOWN,
+    SinkLog,
+    TableBehind,
+    files_gone,
+    read_sink_log,
+)
 from ..core.settings import Settings
-from .endpoints.delta import committed_version, stream_writers
-
-MISSING_SHOWN = 3  # the missing files named in the line, of however many
+from .endpoints.delta import columns, committed_version, gone_files, stream_writers
 
 
 def read_output_log(settings: Settings) -> SinkLog | None:
@@ -45,9 +52,14 @@ def read_output_log(settings: Settings) -> SinkLog | None:
 
 
 def with_output(settings: Settings, held: CheckpointRead) -> CheckpointRead:
-    """`held` with the parquet output's log beside it, and its columns, read once."""
+    """`held` with the parquet output's log beside it, and its columns, or the Delta table's lag, read once."""
     log = read_output_log(settings)
-    return replace(held, sink_log=log, output_columns=output_columns(log))
+    return replace(held, sink_log=log, output_columns=output_columns(log), table_behind=table_behind(settings, held))
+
+
+class OutputLost(Exception):
+    """Committed output that is gone, found in the query's plan (a Delta table's missing batches that wrote
+    rows): the lost-output line."""
 
 
 def lost_output(settings: Settings, held: CheckpointRead) -> list[str]:
@@ -58,15 +70,93 @@ def lost_output(settings: Settings, held: CheckpointRead) -> list[str]:
         return []
     if settings.sink.type == "parquet":
         problem = _file_sink_problem(held.sink_log, last)
-    else:  # a committed batch: the checkpoint's metadata names its query
-        problem = _delta_problem(output, held.query_id or "", last)
-    if problem is None:
+    else:
+        problem = _delta_problem(output, held.table_behind)
+    return [] if problem is None else [lost_output_line(output, held, problem)]
+
+
+def lost_output_line(output: Path, held: CheckpointRead, problem: str) -> str:
+    return (
+        f"sink.path {output} has lost committed output: {problem}, while the checkpoint {held.checkpoint} has"
+        f" committed batches up to {held.last_committed}, which a restart never writes again. Put the output back"
+        f" as it was (a backup, or where it was moved); or write everything again: {START_OVER}"
+    )
+
+
+def table_behind(settings: Settings, held: CheckpointRead) -> TableBehind | None:
+    """The Delta table at sink.path against the checkpoint's last commit, None when it holds every committed
+    batch of the query (or one more), or is not there (lost_output says so). A batch's watermark is in its
+    offsets file (Spark keeps those of the last 100 batches): batches the table lacks that each ran with the
+    watermark of the batch before them wrote no row in append mode where the output comes straight from an
+    aggregation (sink_log.TableBehind), which check_fit reads in the plan."""
+    output = local_checkpoint(settings.sink.path) if settings.sink.type == "delta" else None
+    last = held.last_committed
+    if output is None or last is None or not (output / DELTA_LOG).is_dir():
+        return None
+    query = held.query_id or ""  # a committed batch: the checkpoint's metadata names its query
+    recorded = committed_version(str(output), query)
+    if recorded >= last:
+        return None
+    marks = {batch: _watermark(held.checkpoint, batch) for batch in range(recorded, last + 1)}
+    missing = range(recorded + 1, last + 1)
+    moved = tuple(batch for batch in missing if marks[batch] is None or marks[batch] != marks[batch - 1])
+    return TableBehind(query, recorded, last, moved, append=settings.sink.output_mode == "append")
+
+
+def _watermark(checkpoint: Path, batch: int) -> int | None:
+    """The watermark `batch` ran with, in ms since the epoch (0 before the first batch); None without its offsets."""
+    metadata = {} if batch < 0 else batch_metadata(checkpoint, batch)
+    return None if metadata is None else int(metadata.get("batchWatermarkMs", 0))
+
+
+def behind_notes(settings: Settings, held: CheckpointRead) -> list[str]:
+    """The line a start prints for a Delta table whose missing batches wrote no row (TableBehind.without_rows)."""
+    behind = held.table_behind
+    if behind is None or not behind.without_rows:
         return []
     return [
-        f"sink.path {output} has lost committed output: {problem}, while the checkpoint {held.checkpoint} has"
-        f" committed batches up to {last}, which a restart never writes again. Put the output back as it was (a"
-        f" backup, or where it was moved); or write everything again: {START_OVER}"
+        f"sink.path {settings.sink.path}: {_table_holds(behind)} and the checkpoint {held.checkpoint} committed up to"
+        f" {behind.last}: {_batches(behind)} ran with {_watermark_of(behind)}: an aggregation in append mode writes a"
+        " row for each window the watermark closes, and this closed none (the deltalake writer of older templates"
+        " made no commit for a batch without rows). Nothing is missing where the output comes straight from an"
+        " aggregation, which the start reads in the query's plan"
     ]
+
+
+def refuse_behind_without_aggregation(settings: Settings, held: CheckpointRead, output_from: str | None) -> None:
+    """OutputLost when the Delta table lacks batches that wrote no row only if the output comes straight from
+    an aggregation (behind_notes), and the plan's comes from a node of kind `output_from` (None: from one)."""
+    behind, output = held.table_behind, local_checkpoint(settings.sink.path)
+    if behind is None or not behind.without_rows or output_from is None or output is None:
+        return
+    problem = (
+        f"{_table_holds(behind)} (its log's transactions; {_batches(behind)} ran with {_watermark_of(behind)}, which"
+        " writes no row only where the output comes straight from an aggregation, and this query's comes from a"
+        f" {output_from})"
+    )
+    raise OutputLost(lost_output_line(output, held, problem))
+
+
+def _table_holds(behind: TableBehind) -> str:
+    if behind.recorded < 0:
+        return f"its Delta table holds none of the batches of query {behind.query}"
+    return f"its Delta table holds the batches of query {behind.query} up to {behind.recorded}"
+
+
+def _batches(behind: TableBehind) -> str:
+    first = behind.recorded + 1
+    return f"batch {first}" if first == behind.last else f"batches {first} to {behind.last}"
+
+
+def _named(batches: tuple[int, ...]) -> str:
+    if len(batches) == 1:
+        return f"batch {batches[0]}"
+    more = f" and {len(batches) - MISSING_SHOWN} more" if len(batches) > MISSING_SHOWN else ""
+    return f"batches {', '.join(map(str, batches[:MISSING_SHOWN]))}{more}"
+
+
+def _watermark_of(behind: TableBehind) -> str:
+    return f"the watermark of batch {behind.recorded}" if behind.recorded >= 0 else "no watermark yet"
 
 
 def output_elsewhere(settings: Settings, log: SinkLog | None) -> list[tuple[str, Path]]:
@@ -186,39 +276,31 @@ def output_columns(log: SinkLog | None) -> tuple[str, ...] | None:
         return None
 
 
-def columns(schema: StructType) -> tuple[str, ...]:
-    return tuple(f"{field.name} {field.dataType.simpleString()}" for field in schema.fields)
-
-
 def _file_sink_problem(log: SinkLog | None, last_committed: int) -> str | None:
     if log is None:
         return f"{LOG_DIR}, the parquet sink's log of the files it committed, is not there"
     if log.newest < last_committed:
         ends = f"ends at batch {log.newest}" if log.batches else "is empty"
         return f"its {LOG_DIR} {ends}"
-    return _missing([path for path in log.live_files if not path.exists()])
+    return files_gone([path for path in log.live_files if not path.exists()])
 
 
-def _delta_problem(output: Path, query: str, last_committed: int) -> str | None:
+def _delta_problem(output: Path, behind: TableBehind | None) -> str | None:
     """Both Delta writers record every batch of a query in the table's log, an empty one too (its id
-    and the query's: job/endpoints/sinks.py), so a table missing a batch the checkpoint committed lost
-    it. One batch more than the checkpoint is a crash between the table's commit and Spark's: fine."""
+    and the query's: job/endpoints/delta.py), so a table missing a batch the checkpoint committed lost
+    it, unless the batches it lacks wrote no row (TableBehind.without_rows: the deltalake writer of older
+    templates made no commit for such a batch). One batch more than the checkpoint is a crash between the
+    table's commit and Spark's: fine."""
     if not (output / DELTA_LOG).is_dir():
         return f"it holds no Delta table (no {DELTA_LOG})"
-    recorded = committed_version(str(output), query)
-    if recorded < last_committed:
-        held = "none of the batches" if recorded < 0 else "the batches"
-        up_to = "" if recorded < 0 else f" up to {recorded}"
-        return f"its Delta table holds {held} of query {query}{up_to} (its log's transactions)"
+    if behind is not None and not behind.without_rows:
+        why = (
+            f"; of the batches after it, {_named(behind.moved)} may have written rows: an aggregation in append mode"
+            " writes the windows a moved watermark closes"
+            if behind.append
+            else ""
+        )
+        return f"{_table_holds(behind)} (its log's transactions{why})"
     from deltalake import DeltaTable
 
-    paths = [Path(unquote(urlparse(uri).path)) for uri in DeltaTable(str(output)).file_uris()]
-    return _missing([path for path in paths if not path.exists()])
-
-
-def _missing(paths: list[Path]) -> str | None:
-    if not paths:
-        return None
-    named = ", ".join(str(path) for path in paths[:MISSING_SHOWN])
-    more = f" and {len(paths) - MISSING_SHOWN} more" if len(paths) > MISSING_SHOWN else ""
-    return f"{len(paths)} of the files its log lists as committed are gone ({named}{more})"
+    return files_gone(gone_files(DeltaTable(str(output)).file_uris()))

@@ -20,6 +20,8 @@ left as it was.
 - custom_state's state schemas (schema_evolution.py).
 - The columns of a parquet output it writes on (the guard reads them beside the checkpoint): a reader
   takes one file's columns for all, so a renamed column would read NULL in every earlier row.
+- A Delta table that lacks committed batches which ran without a moved watermark (the guard lets it pass,
+  job/output_check.py): they wrote no row only where the output comes straight from an aggregation.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ from ..core.checkpoint.files import LOCAL, START_OVER, CheckpointRead, Checkpoin
 from ..core.operators import BY_SPARK_NAME
 from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
 from ..core.settings import Settings, SettingsError
-from .output_check import columns
-from .plan_source import split_top
+from .merge_key import from_aggregation, output_source
+from .output_check import columns, refuse_behind_without_aggregation
+from .plan_source import analyzed_plan, split_top
 from .query_plan import fit_problems, read_plan, refuse_what_spark_refuses
 from .real_time_checks import refuse_python
 from .schema_evolution import StateSchemaRefused, state_schema_drift
@@ -291,9 +294,9 @@ def check_fit(
     result: DataFrame, plan: Sequence[PlanOperator], settings: Settings, held: CheckpointRead | None, record_key: bool
 ) -> tuple[str | None, list[str]]:
     """Raise, for the first misfit: OperatorsChanged, SettingsError (the query against the settings),
-    Spark's AnalysisException (the query against the output mode), StateKeyChanged, StateWindowChanged,
-    StateSchemaRefused or OutputColumnsChanged. Return the note of a state key recorded again (with
-    record_key: a start) and the state schema changes Spark accepts."""
+    Spark's AnalysisException (the query against the output mode), OutputLost, StateKeyChanged,
+    StateWindowChanged, StateSchemaRefused or OutputColumnsChanged. Return the note of a state key recorded
+    again (with record_key: a start) and the state schema changes Spark accepts."""
     location = settings.query.checkpoint_location
     # The checkpoint's operators first: when the query no longer fits its state, that is the news.
     drift = operators_drift(plan, held, location)
@@ -304,6 +307,9 @@ def check_fit(
         raise SettingsError(problems)
     refuse_python(result, settings)
     refuse_what_spark_refuses(result, settings)
+    if held is not None and held.table_behind is not None:
+        _, source = output_source(analyzed_plan(result))
+        refuse_behind_without_aggregation(settings, held, None if from_aggregation(source) else source.kind)
     note = check_state_key(result.sparkSession, result, location, settings.sink.output_mode, record_key)
     refused, accepted = state_schema_drift(result, plan, held, location)
     if refused:

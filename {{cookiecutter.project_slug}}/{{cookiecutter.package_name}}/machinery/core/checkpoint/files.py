@@ -21,7 +21,7 @@ from ..contract import PACKAGE
 from .copying import PARTIAL
 from .file_access import LOCAL, Files, read_text
 from .path_records import hadoop_crc, json_line, local_path
-from .sink_log import SinkLog
+from .sink_log import SinkLog, TableBehind
 
 
 def local_checkpoint(location: str) -> Path | None:
@@ -51,6 +51,8 @@ class CheckpointRead:
     # The parquet output's log and its columns (its newest data file's), where the guard read them.
     sink_log: SinkLog | None = None
     output_columns: tuple[str, ...] | None = None
+    # A Delta output holding fewer of the query's batches than were committed, where the guard read it.
+    table_behind: TableBehind | None = None
     # The id in its `metadata` file (None before the first start), and whether it has a state folder.
     query_id: str | None = None
     has_state: bool = False

@@ -24,6 +24,7 @@ from .path_records import json_line
 LOG_DIR = "_spark_metadata"
 DELTA_LOG = "_delta_log"  # a Delta table's log, which both Delta writers keep (job/endpoints/sinks.py)
 LOG_VERSION = "v1"
+MISSING_SHOWN = 3  # the missing files (or batches) named in a line, of however many
 COMPACT_INTERVAL_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
 DEFAULT_COMPACT_INTERVAL = 10
 
@@ -43,11 +44,41 @@ def record_empty_batch(output: Path, batch: int, configured_interval: int = DEFA
     return target
 
 
+def files_gone(paths: list[Path]) -> str | None:
+    """The phrase naming committed data files that are gone (None: none is)."""
+    if not paths:
+        return None
+    named = ", ".join(str(path) for path in paths[:MISSING_SHOWN])
+    more = f" and {len(paths) - MISSING_SHOWN} more" if len(paths) > MISSING_SHOWN else ""
+    return f"{len(paths)} of the files its log lists as committed are gone ({named}{more})"
+
+
 def logged_batches(output: Path) -> list[int]:
     """The batches the sink's log holds an entry for (a batch or a merge file), in order; [] without a log."""
     log = output / LOG_DIR
     names = (path.name.removesuffix(".compact") for path in log.iterdir()) if log.is_dir() else ()
     return sorted(int(name) for name in names if name.isdigit())
+
+
+@dataclass(frozen=True)
+class TableBehind:
+    """A Delta table that holds fewer of the query's batches than the checkpoint committed (job/output_check.py):
+    the query, the last batch the table holds (-1: none), the checkpoint's last commit, and which batches
+    between ran with a watermark moved on from the batch before's (or whose offsets file is gone). In append
+    mode an aggregation writes the windows the watermark closes, so a batch whose watermark stayed wrote no
+    row, and a table without it misses nothing: the deltalake writer of older templates made no commit for
+    such a batch."""
+
+    query: str
+    recorded: int
+    last: int
+    moved: tuple[int, ...]
+    append: bool
+
+    @property
+    def without_rows(self) -> bool:
+        """Every batch the table lacks wrote no row, where the output comes straight from an aggregation."""
+        return self.append and not self.moved
 
 
 @dataclass(frozen=True)

@@ -155,11 +155,10 @@ def real_time_job(broker: local_kafka.Broker, tmp_path: Path, shuffle_partitions
 
 
 def events(first: int, count: int, repeats: int = 0) -> list[str]:
-    """Events first.. first+count-1, a second apart, over 5 keys; the first `repeats` of them sent twice."""
-    made = [
-        {"event_id": f"e{n}", "key": f"k{n % 5}", "event_time": (BASE_TIME + timedelta(seconds=n)).isoformat()}
-        for n in range(first, first + count)
-    ]
+    """Events first.. first+count-1, a second apart (and some microseconds past it), over 5 keys; the first
+    `repeats` of them sent twice."""
+    times = {n: BASE_TIME + timedelta(seconds=n, microseconds=n + 1) for n in range(first, first + count)}
+    made = [{"event_id": f"e{n}", "key": f"k{n % 5}", "event_time": moment.isoformat()} for n, moment in times.items()]
     return [json.dumps(event) for event in made + made[:repeats]]
 
 
@@ -248,6 +247,10 @@ def test_a_deduplication_killed_mid_stream_in_real_time_writes_each_event_and_re
         {json.loads(e)["event_id"] for e in SENT + WHILE_DOWN}
     )
     assert all(len(values) == 1 for values in written.values())
+    # Each event time as it was sent, to the microsecond (the state's), not cut to milliseconds.
+    sent = {event["event_id"]: event["event_time"] for event in map(json.loads, SENT + WHILE_DOWN)}
+    for value in (json.loads(value) for values in written.values() for value in values):
+        assert datetime.fromisoformat(value["event_time"]) == datetime.fromisoformat(sent[value["event_id"]])
 
 
 def window_counts(lines: list[str]) -> Counter:
@@ -255,7 +258,7 @@ def window_counts(lines: list[str]) -> Counter:
     counted: Counter = Counter()
     for event in map(json.loads, lines):
         moment = datetime.fromisoformat(event["event_time"])
-        counted[(event["key"], moment.replace(second=0).isoformat())] += 1
+        counted[(event["key"], moment.replace(second=0, microsecond=0).isoformat())] += 1
     return counted
 
 

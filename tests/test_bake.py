@@ -178,6 +178,25 @@ def test_a_real_time_bake_is_set_up_for_sparks_real_time_mode(out, capfd, operat
     assert "real-time mode runs all its tasks at once, each holding a task slot" in capfd.readouterr().out
 
 
+def test_the_real_time_deduplication_says_it_keys_on_the_id_and_the_event_time_where_the_user_reads(out):
+    """The real-time starter (dropDuplicates by event_id and event_time) lets a retry with a new event time
+    through: the prompts, the README, the query and docs/settings.md say so, and what keys on the id alone."""
+    prompts = json.loads((TEMPLATE / "cookiecutter.json").read_text())["__prompts__"]
+    assert "(with real_time: same event_id and event_time)" in prompts["stateful_operator"]["deduplication"]
+    assert "deduplication by event_id and event_time: a retry with a new event time passes" in prompts["real_time"]
+    project = bake(out, stateful_operator="deduplication", source="kafka", sink="kafka", real_time=True)
+    readme = " ".join((project / "README.md").read_text().split())
+    assert "drops repeated events (the same `event_id` and `event_time`: in Spark's real-time mode a retry" in readme
+    query = " ".join((project / "stream_job" / "query.py").read_text().split())
+    assert "A retry that carries a new event time is a new event here." in query
+    assert 'By the id alone: dropDuplicates(["event_id"]) keeps every id for ever' in query
+    docs = " ".join((project / "docs" / "settings.md").read_text().split())
+    assert "a retry that carries a new event time passes as a new event. By the id alone," in docs
+    assert '`dropDuplicatesWithinWatermark(["event_id"])`, which forgets an id once the watermark passes,' in docs
+    micro_batch = " ".join((bake(out / "micro", stateful_operator="deduplication") / "README.md").read_text().split())
+    assert "drops repeated events (the same `event_id`) within a watermark" in micro_batch
+
+
 @pytest.mark.parametrize("answers", COMBINATIONS)
 def test_combination_bakes_clean(out, answers):
     project = bake(out, **answers)

@@ -6,6 +6,8 @@ shared session, and Spark below 4.3. The runs need Spark 4.3 and a broker: CI ru
 `real_time`) in a real-time bake on pyspark 4.3.0 with the 4.2.0 Kafka connector (tests/test_machinery.py),
 each in one process killed with SIGKILL mid-stream and restarted in this one. The Kafka sink is at least
 once: a result written by the batch the kill abandoned is written again at the restart, the same record.
+And what ends a real-time run, each one line: a bad record, partitions added to the source topic, the
+broker stopped (and the start once it is back).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -29,16 +32,19 @@ from stream_job.machinery.operations import local_kafka
 from .conftest import (
     BAKED_OPERATOR,
     PROJECT_DIR,
+    clean_env,
     committed_batches,
     deep_merge,
     digest,
     edited_query,
     files_job,
     jvm_free,
+    kafka_offsets,
     project_copy,
     run_cli,
     run_cli_process,
     run_main,
+    run_python,
     start_job,
 )
 from .test_chains import replaced
@@ -159,11 +165,10 @@ def real_time_job(broker: local_kafka.Broker, tmp_path: Path, shuffle_partitions
 
 
 def events(first: int, count: int, repeats: int = 0) -> list[str]:
-    """Events first.. first+count-1, a second apart, over 5 keys; the first `repeats` of them sent twice."""
-    made = [
-        {"event_id": f"e{n}", "key": f"k{n % 5}", "event_time": (BASE_TIME + timedelta(seconds=n)).isoformat()}
-        for n in range(first, first + count)
-    ]
+    """Events first.. first+count-1, a second apart (and some microseconds past it), over 5 keys; the first
+    `repeats` of them sent twice."""
+    times = {n: BASE_TIME + timedelta(seconds=n, microseconds=n + 1) for n in range(first, first + count)}
+    made = [{"event_id": f"e{n}", "key": f"k{n % 5}", "event_time": moment.isoformat()} for n, moment in times.items()]
     return [json.dumps(event) for event in made + made[:repeats]]
 
 
@@ -252,6 +257,10 @@ def test_a_deduplication_killed_mid_stream_in_real_time_writes_each_event_and_re
         {json.loads(e)["event_id"] for e in SENT + WHILE_DOWN}
     )
     assert all(len(values) == 1 for values in written.values())
+    # Each event time as it was sent, to the microsecond (the state's), not cut to milliseconds.
+    sent = {event["event_id"]: event["event_time"] for event in map(json.loads, SENT + WHILE_DOWN)}
+    for value in (json.loads(value) for values in written.values() for value in values):
+        assert datetime.fromisoformat(value["event_time"]) == datetime.fromisoformat(sent[value["event_id"]])
 
 
 def window_counts(lines: list[str]) -> Counter:
@@ -259,7 +268,7 @@ def window_counts(lines: list[str]) -> Counter:
     counted: Counter = Counter()
     for event in map(json.loads, lines):
         moment = datetime.fromisoformat(event["event_time"])
-        counted[(event["key"], moment.replace(second=0).isoformat())] += 1
+        counted[(event["key"], moment.replace(second=0, microsecond=0).isoformat())] += 1
     return counted
 
 
@@ -299,10 +308,14 @@ def test_a_windowed_count_killed_mid_stream_in_real_time_counts_each_event_once_
 
 @pytest.mark.parametrize("_", [pytest.param(None, marks=runs_real_time, id="real-time")])
 def test_too_few_task_slots_for_a_real_time_batch_is_one_line_before_the_query_starts(
-    kafka_broker, write_settings, tmp_path, _
+    spark, kafka_broker, write_settings, tmp_path, _
 ):
+    """The slot check counts the source topic's partitions from the endpoint check's answer: one Kafka
+    AdminClient per endpoint (source and sink), the source's asked once."""
     changes, _topics = real_time_job(kafka_broker, tmp_path, shuffle_partitions=2)
+    admins = admin_clients_made(spark)
     refused = run_cli("run", "--settings", str(write_settings(changes)))
+    assert admin_clients_made(spark) - admins == 2
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert refused.stderr.splitlines()[-1] == (
         "settings error: query.trigger is real_time but the job has 2 task slots (cores) and a real-time batch runs"
@@ -311,6 +324,14 @@ def test_too_few_task_slots_for_a_real_time_batch_is_one_line_before_the_query_s
         " checkpoint"
     )
     assert not (tmp_path / "checkpoint" / "offsets").exists()
+
+
+def admin_clients_made(spark) -> int:
+    """The Kafka AdminClients this JVM has made (their client id's sequence): how often the job asked a broker."""
+    admin_class = spark._jvm.org.apache.kafka.clients.admin.KafkaAdminClient._java_lang_class
+    sequence = admin_class.getDeclaredField("ADMIN_CLIENT_ID_SEQUENCE")
+    sequence.setAccessible(True)
+    return int(sequence.get(None))  # py4j hands the AtomicInteger over as its value
 
 
 @pytest.mark.parametrize("_", [pytest.param(None, marks=runs_real_time, id="real-time")])
@@ -361,3 +382,125 @@ def test_the_bake_as_generated_starts_on_the_proven_kafka_connector_where_spark_
         f"org.apache.spark_{proven.replace(':', '-')}.jar"
     ]
     assert (Path(jars[0]).parent / "packages.txt").read_text() == f"org.apache.spark:{proven}\n"
+
+
+def once_committed(checkpoint: Path, action) -> threading.Thread:
+    """A thread that runs action once the job running on checkpoint committed a batch (2 minutes at most)."""
+
+    def run() -> None:
+        deadline = time.monotonic() + 120
+        while not committed_batches(checkpoint) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        action()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+BROKEN = '{"event_id": "e5", "key": "k0", "event_time": '  # a record cut off mid-value
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, marks=runs_real_time, id="real-time")])
+def test_a_bad_record_in_real_time_is_the_jobs_one_line_as_in_micro_batches(
+    spark, kafka_broker, write_settings, tmp_path, _
+):
+    """As `python main.py` on the real-time bake's cores (4 shuffle partitions, local[5]): the shuffle's
+    reading tasks fail with `Connection to streaming shuffle writer 0 closed` as the task that met the bad
+    record does, and Spark ended the query with whichever failure reached it first (the readers' in 2 of 5
+    runs); and each wrote ERROR lines (some 20). Now the console holds the job's one line naming the record,
+    exit 1, the batch uncommitted, and no count of an event after the bad record written."""
+    changes, topics = real_time_job(kafka_broker, tmp_path, shuffle_partitions=4)
+    changes["spark"]["master"] = "local[5]"
+    before = events(0, 5)
+    local_kafka.produce(kafka_broker.bootstrap, topics["in"], [*before, BROKEN, *events(5, 5)])
+
+    failed = run_python("main.py", "--settings", str(write_settings(changes)), env=clean_env())
+
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    # A warning may come (a state store slow to load on busy cores); no ERROR line, no Java exception.
+    assert [line for line in jvm_free(failed.stderr).splitlines() if " WARN " not in line] == [
+        f"bad record: topic {topics['in']} partition 0 offset 5 holds a record that does not parse as EVENT_SCHEMA:"
+        f" {BROKEN}; source.kafka.on_bad_record is fail, so the batch stopped uncommitted (the results of its"
+        " records before this one may be out already, and are written again when it runs again). Fix or remove"
+        " the row at its source, or set on_bad_record to drop to skip and count such rows; the next start runs"
+        " the batch again."
+    ]
+    # No commit reached the bad record (a first batch may end having read nothing: busy cores start its tasks late).
+    checkpoint = tmp_path / "checkpoint"
+    assert all(kafka_offsets(checkpoint, batch)[topics["in"]]["0"] <= 5 for batch in committed_batches(checkpoint))
+    counted_before = window_counts(before)
+    for group, count in latest_counts(values_by_key(spark, kafka_broker, topics["out"])).items():
+        assert count <= counted_before[group]  # nothing past the bad record was counted
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, marks=runs_real_time, id="real-time")])
+def test_partitions_added_to_the_source_topic_while_real_time_runs_are_one_line_and_the_restart_names_the_cores(
+    kafka_broker, write_settings, tmp_path, _
+):
+    """The job's 2 task slots hold the topic's one partition and the shuffle partition; a second partition,
+    added once a batch committed, makes the next batch need 3: Spark refuses it
+    (CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT, its raw text before). One line, exit 1, and the start after it
+    says the cores it needs."""
+    changes, topics = real_time_job(kafka_broker, tmp_path)
+    path = write_settings(changes)
+    local_kafka.produce(kafka_broker.bootstrap, topics["in"], events(0, 10))
+    alter = ("--bootstrap-server", kafka_broker.bootstrap, "--alter", "--topic", topics["in"], "--partitions", "2")
+
+    adding = once_committed(tmp_path / "checkpoint", lambda: local_kafka.run_tool(local_kafka.TOPIC_COMMAND, *alter))
+    failed = run_main("--settings", str(path), "--timeout", "120")
+    adding.join()
+
+    assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-3000:]
+    assert failed.stderr.splitlines() == [
+        "real-time: a batch needs 3 task slots at once and 2 are free: the source topic gained partitions while the"
+        " job ran, more than the task slots it has (a real-time batch runs a task per partition and one per shuffle"
+        " partition, all at once); the batch did not start, nothing of it was written: start the job again, and its"
+        " start counts the partitions against the cores and says how many it needs"
+    ]
+    restart = run_main("--settings", str(path))
+    assert restart.returncode == 2, restart.stderr[-3000:]
+    assert (
+        "2 for the source topic's partitions + 1 (spark.shuffle_partitions) = 3; give the job 3 cores"
+        in (restart.stderr.splitlines()[-1])
+    )
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, marks=runs_real_time, id="real-time")])
+def test_a_broker_stopped_while_real_time_runs_is_one_line_and_the_start_once_it_is_back_goes_on_exactly(
+    spark, kafka_broker, write_settings, tmp_path, _
+):
+    """The project's broker stopped (its stop command) once a batch committed: Kafka's client gives up
+    (here in seconds: Spark's default is 3 attempts of 60 s, so some 3 minutes) and the job says so in one
+    line, exit 1, where it said Kafka's raw TimeoutException; the broker started again, the next start goes
+    on, and the counts equal the input's. (Back within those 3 minutes, the job goes on by itself.)"""
+    changes, topics = real_time_job(kafka_broker, tmp_path)
+    changes["source"]["kafka"]["options"] = {
+        "kafka.default.api.timeout.ms": "4000",
+        "kafka.request.timeout.ms": "2000",
+        "fetchOffset.numRetries": "1",
+    }
+    path = write_settings(changes)
+    sent = events(0, 20)
+    local_kafka.produce(kafka_broker.bootstrap, topics["in"], sent)
+
+    stopping = once_committed(tmp_path / "checkpoint", lambda: local_kafka.stop(kafka_broker.directory))
+    try:
+        failed = run_main("--settings", str(path), "--timeout", "120")
+    finally:
+        stopping.join()
+        local_kafka.start(kafka_broker.directory)  # the same port and topics, for this test and the others
+
+    assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-3000:]
+    (line,) = failed.stderr.splitlines()
+    where = f"bootstrap_servers {kafka_broker.bootstrap}"
+    assert line.startswith("kafka: the Kafka client gave up on the broker while the job ran (TimeoutException: ")
+    assert line.endswith(
+        f"; no broker answers at source.kafka.{where} nor at sink.kafka.{where} now. The checkpoint holds every"
+        " committed batch: start the job once the broker is back, and the batch in flight runs again (its results"
+        " written again to a Kafka sink, which is at least once)"
+    )
+    later = events(20, 10)
+    local_kafka.produce(kafka_broker.bootstrap, topics["in"], later)
+    assert run_main("--settings", str(path), "--timeout", "8").returncode == 0
+    assert latest_counts(values_by_key(spark, kafka_broker, topics["out"])) == dict(window_counts(sent + later))

@@ -122,11 +122,14 @@ def stateful_query(events: DataFrame, query: QuerySettings, join_events: DataFra
 
 def stateful_query(events: DataFrame, query: QuerySettings, join_events: DataFrame | None = None) -> DataFrame:
     """Each event once: a repeat (the same event_id and event_time, as a source that delivers at least once
-    repeats an event) is dropped, in Spark's real-time mode.
+    repeats an event) is dropped, in Spark's real-time mode. A retry that carries a new event time is a new
+    event here.
 
     Real-time mode runs dropDuplicates, not dropDuplicatesWithinWatermark; with the watermarked event time
     among its columns, state holds each (id, time) until the watermark passes the time, so it stays bounded.
-    An event older than the watermark is dropped as too late.
+    An event older than the watermark is dropped as too late. By the id alone: dropDuplicates(["event_id"])
+    keeps every id for ever, or an interval query.trigger runs dropDuplicatesWithinWatermark(["event_id"])
+    (docs/settings.md, "Real-time mode").
     """
     watermarked = wanted(events, query).withWatermark("event_time", query.watermark)
     return watermarked.dropDuplicates(["event_id", "event_time"]).select(*EVENT_COLUMNS)

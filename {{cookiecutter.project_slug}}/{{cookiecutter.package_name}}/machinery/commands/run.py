@@ -10,6 +10,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from ..core import real_time
 from ..core.checkpoint.file_access import LOCAL
 from ..core.checkpoint.files import RESTORE_OR_RESTART, START_OVER, CheckpointRead, empty_state_files
 from ..core.checkpoint.run_lock import holding
@@ -29,7 +30,7 @@ from ..job.guard import GuardReport, check_checkpoint
 from ..job.java import launched_by_spark_submit
 from ..job.real_time_checks import refuse_before_spark
 from ..job.remote import is_connect, require_server
-from ..job.spark_errors import message_chain
+from ..job.spark_errors import message_chain, writer_task_errors
 from ..job.state_checks import local_checksum_failures
 
 if TYPE_CHECKING:
@@ -116,16 +117,26 @@ def _run(
     try:
         require_connectors(spark, settings)
         require_brokers(settings)
-        for remark in check_kafka_endpoints(spark, settings):
+        endpoints = check_kafka_endpoints(spark, settings)
+        for remark in endpoints.remarks:
             print(f"source: {remark}", file=remarks_to, flush=True)
-        run_query(spark, settings, args.max_batches, args.timeout, held=held)
+        run_query(
+            spark, settings, args.max_batches, args.timeout, held=held, kafka_partitions=endpoints.kafka_partitions
+        )
     except StreamingQueryException as error:
-        chain = message_chain(error)
-        refused = bad_record_advice(chain, settings) + delta_sink_refusal(chain)
-        if refused:  # bad input: its one line says where, what and the ways on; the checkpoint is fine
-            print(*refused, sep="\n", file=sys.stderr)
+        # In real time the query's error may be a task's that only says another task failed: that one's too.
+        causes = writer_task_errors(spark, error)
+        chain = "\n".join([message_chain(error), *causes])
+        named = [
+            *bad_record_advice(chain, settings),
+            *delta_sink_refusal(chain),
+            *real_time_slots_advice(chain),
+            *broker_gone_advice(chain, settings),
+        ]
+        if named:  # a cause the job knows: its one line says where, what and the ways on; the checkpoint is fine
+            print(*named, sep="\n", file=sys.stderr)
             return EXIT_QUERY_FAILED
-        print(f"query {settings.query.name} failed: {first_line(str(error))}", file=sys.stderr)
+        print(f"query {settings.query.name} failed: {causes[0] if causes else first_line(str(error))}", file=sys.stderr)
         # The console leaves out Spark's own lines of a failed batch (log4j2.properties): say where they are.
         report = "the Spark Connect server's log" if is_connect(spark) else log_dir() / "spark.log"
         print(f"details: Spark's whole report of the failure is in {report}", file=sys.stderr)
@@ -312,11 +323,41 @@ def bad_record_advice(message: str, settings: Settings) -> list[str]:
         if "ahead of the processing time" in what
         else ""
     )
+    # A real-time batch writes each result to Kafka as its record arrives: those before the bad one may be out.
+    written = (
+        "the results of its records before this one may be out already, and are written again when it runs again"
+        if settings.query.real_time and settings.sink.type == "kafka"
+        else "nothing of it was written"
+    )
     return [
         f"bad record: {origin} holds {what}{ahead}: {row}; {setting} is fail,"
-        " so the batch stopped uncommitted (nothing of it was written). Fix or remove the row at its source, or"
+        f" so the batch stopped uncommitted ({written}). Fix or remove the row at its source, or"
         " set on_bad_record to drop to skip and count such rows; the next start runs the batch again."
     ]
+
+
+def broker_gone_advice(message: str, settings: Settings) -> list[str]:
+    """Kafka's client gave up on a broker that stopped answering while the job ran (Spark's Kafka source
+    tries 3 times, each within Kafka's 60 s API timeout, so some 3 minutes): where, and the way on."""
+    from ..job.endpoints.kafka import KAFKA_ERROR, unanswered_endpoints
+
+    found = KAFKA_ERROR.search(message)
+    if found is None or found[1] != "TimeoutException":
+        return []
+    said = re.sub(r"( SQLSTATE: \w+)+$", "", found[2].strip())
+    silent = unanswered_endpoints(settings)
+    now = f"no broker answers at {' nor at '.join(silent)} now" if silent else "a broker answers there again"
+    return [
+        f"kafka: the Kafka client gave up on the broker while the job ran (TimeoutException: {said}); {now}. The"
+        " checkpoint holds every committed batch: start the job once the broker is back, and the batch in flight"
+        " runs again (its results written again to a Kafka sink, which is at least once)"
+    ]
+
+
+def real_time_slots_advice(message: str) -> list[str]:
+    """A real-time batch Spark would not start for want of task slots (core/real_time.py): its one line."""
+    line = real_time.slots_gone_line(message)
+    return [] if line is None else [f"real-time: {line}"]
 
 
 def delta_sink_refusal(message: str) -> list[str]:

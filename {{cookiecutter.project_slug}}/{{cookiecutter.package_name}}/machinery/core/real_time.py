@@ -11,6 +11,7 @@ only: the bake's hooks read these facts too.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from .durations import DurationError, named_duration
@@ -180,4 +181,23 @@ def slots_problem(slots: int, kafka_partitions: int, shuffle_partitions: int, st
         f" {shuffle_partitions} (spark.shuffle_partitions){stages} = {needed}; give the job {needed} cores"
         f" (spark.master local[{needed}], or more executor cores), or lower spark.shuffle_partitions on a new"
         " checkpoint"
+    )
+
+
+# Spark's error when a batch's tasks are more than the free task slots: at the start the job's own check
+# comes first (slots_problem), so while it runs the source topic gained partitions.
+INSUFFICIENT_SLOTS = "CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT"
+
+
+def slots_gone_line(message: str) -> str | None:
+    """The one line for Spark's INSUFFICIENT_SLOTS in a query's error; None when it holds none."""
+    if INSUFFICIENT_SLOTS not in message:
+        return None
+    counts = re.search(r"needs (\d+) concurrent task slots.*? only (\d+) ", message)
+    needs = f" needs {counts[1]} task slots at once and {counts[2]} are free" if counts else " needs more task slots"
+    return (
+        f"a batch{needs}: the source topic gained partitions while the job ran, more than the task slots it has"
+        " (a real-time batch runs a task per partition and one per shuffle partition, all at once); the batch did"
+        " not start, nothing of it was written: start the job again, and its start counts the partitions against"
+        " the cores and says how many it needs"
     )

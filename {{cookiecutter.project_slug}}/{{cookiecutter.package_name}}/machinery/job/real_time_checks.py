@@ -68,12 +68,17 @@ def task_slots(spark: SparkSession, settings: Settings) -> int | None:
 
 
 def refuse_too_few_slots(
-    spark: SparkSession, settings: Settings, plan: Sequence[PlanOperator], remarks_to: TextIO | None = None
+    spark: SparkSession,
+    settings: Settings,
+    plan: Sequence[PlanOperator],
+    remarks_to: TextIO | None = None,
+    kafka_partitions: int | None = None,
 ) -> None:
     """A real-time batch holds a task slot for every Kafka partition and every shuffle partition at once:
     with fewer, its tasks wait for each other and no result comes out. First, the Spark that runs the
     query has real-time mode: on Spark Connect the server's release, which the check before the start
-    (refuse_before_spark, this process's pyspark) cannot know."""
+    (refuse_before_spark, this process's pyspark) cannot know. `kafka_partitions`: the source topics'
+    partitions where the endpoint check counted them (None: asked here)."""
     if not settings.query.real_time:
         return
     refuse_before_spark(settings, spark.version)
@@ -83,8 +88,8 @@ def refuse_too_few_slots(
     if is_connect(spark):
         print(f"real-time: {UNCOUNTED_PARTITIONS}", file=remarks_to or sys.stdout, flush=True)
         return
-    problem = real_time.slots_problem(
-        slots, source_partitions(spark, settings), settings.spark.shuffle_partitions, len(plan)
-    )
+    if kafka_partitions is None:
+        kafka_partitions = source_partitions(spark, settings)
+    problem = real_time.slots_problem(slots, kafka_partitions, settings.spark.shuffle_partitions, len(plan))
     if problem:
         raise SettingsError([problem])

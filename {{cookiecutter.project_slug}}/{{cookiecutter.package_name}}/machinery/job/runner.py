@@ -89,11 +89,13 @@ def run_query(
     timeout_seconds: float | None = None,
     progress_to: TextIO | None = None,
     held: CheckpointRead | None = None,
+    kafka_partitions: int | None = None,
 ) -> StreamingQuery:
     """Run until the query ends, `max_batches` batches are committed, the timeout passes, or the
     process gets SIGTERM or SIGINT; each of the last three stops on a batch boundary (stopping.py).
     `held`: what the checkpoint's files said when the guard read them, for the plan's checks (state_fit.py);
-    None (a scratch or test run) leaves them the state key record alone to compare with.
+    None (a scratch or test run) leaves them the state key record alone to compare with. `kafka_partitions`:
+    the source topics' partitions the start's endpoint check counted, for the real-time slot check.
     """
     monitoring = settings.monitoring
     progress_to = sys.stdout if progress_to is None else progress_to  # the standard output of now, not of import time
@@ -103,7 +105,7 @@ def run_query(
     if merged_by:
         print(f"sink: {merged_by}", file=remarks_to, flush=True)
     plan = follow_plan(result, settings, held, remarks_to)
-    refuse_too_few_slots(spark, settings, plan, remarks_to)
+    refuse_too_few_slots(spark, settings, plan, remarks_to, kafka_partitions)
     endless = None if max_batches is not None else settings.endless_run(plan)
     if endless:
         raise SettingsError([endless])

@@ -7,7 +7,8 @@ inside the first batch, a source topic that does not exist is an empty input for
 topic is created by the broker (when it allows that) with its defaults. So, once the connector is
 loaded, the job first connects to each address, then asks the broker for its topics once with
 Kafka's own AdminClient (from the connector's kafka-clients JAR, with the options the endpoint gets,
-SASL included), and turns each case into one line naming the setting. It reads and writes no record.
+SASL included; a real-time start also asks for the source topics' partitions there, which the task
+slot check counts), and turns each case into one line naming the setting. It reads and writes no record.
 On Spark Connect, where this process has no JVM for the AdminClient, the server's own connector asks
 the broker instead: a batch read of each topic from its newest offsets to its newest (read_nothing).
 That is slower than the AdminClient (0.2-0.5 s a topic against 0.04 s), so Classic keeps the AdminClient.
@@ -20,6 +21,7 @@ import re
 import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -77,36 +79,54 @@ def _jaas_quote(value: str) -> str:
 
 def require_brokers(settings: Settings) -> None:
     """A broker answers at each Kafka endpoint's address: a TCP connection, quicker to fail than Kafka's client."""
-    for section, kafka in settings.kafka_endpoints.items():
-        if not any(_answers(address) for address in kafka.bootstrap_servers.split(",")):
-            raise KafkaEndpointError(
-                f"{section}.kafka.bootstrap_servers {kafka.bootstrap_servers}: no broker answers there (nothing"
-                f" listens, or it is not reachable within {CONNECT_TIMEOUT_SECONDS} s); start the broker"
-                " (`make kafka-up` starts a local one) or fix the address"
-            )
+    for where in unanswered_endpoints(settings):
+        raise KafkaEndpointError(
+            f"{where}: no broker answers there (nothing listens, or it is not reachable within"
+            f" {CONNECT_TIMEOUT_SECONDS} s); start the broker (`make kafka-up` starts a local one) or fix the address"
+        )
+
+
+def unanswered_endpoints(settings: Settings) -> list[str]:
+    """The Kafka endpoints where no broker answers now (a TCP connection), each as its setting and address."""
+    return [
+        f"{section}.kafka.bootstrap_servers {kafka.bootstrap_servers}"
+        for section, kafka in settings.kafka_endpoints.items()
+        if not any(_answers(address) for address in kafka.bootstrap_servers.split(","))
+    ]
+
+
+@dataclass
+class EndpointsChecked:
+    """What the checks found: remarks to print, and for a real-time start on Spark Classic the partitions
+    of the topics the source reads (the task slot check's count, asked in the same request), else None."""
+
+    remarks: list[str] = field(default_factory=list)
+    kafka_partitions: int | None = None
 
 
 def check_kafka_endpoints(
     spark: SparkSession, settings: Settings, environ: Mapping[str, str] = os.environ
-) -> list[str]:
-    """Raise KafkaEndpointError when a Kafka endpoint's broker refuses the credentials or lacks a topic;
-    remarks else."""
-    remarks = []
+) -> EndpointsChecked:
+    """Raise KafkaEndpointError when a Kafka endpoint's broker refuses the credentials or lacks a topic."""
+    checked = EndpointsChecked()
     for section, kafka in settings.kafka_endpoints.items():
         if is_connect(spark):
             read_nothing(spark, section, kafka, environ)
             continue
         where = f"{section}.kafka.bootstrap_servers {kafka.bootstrap_servers}"
-        topics = _topics(spark, kafka, where, environ)
-        pattern = kafka.topic_pattern if isinstance(kafka, KafkaSourceSettings) else None
-        if kafka.topic is not None:
-            missing = [name.strip() for name in kafka.topic.split(",") if name.strip() not in topics]
-            if missing:
-                there = ", ".join(sorted(topics)[:10]) or "none"
-                raise KafkaEndpointError(_no_topic(section, kafka, missing, f" (topics there: {there})"))
-        elif not any(re.fullmatch(str(pattern), name) for name in topics):
-            remarks.append(f"{section}.kafka.topic_pattern {pattern}: no topic matches yet; the job waits")
-    return remarks
+        with _admin(spark, kafka, where, environ) as admin:
+            topics = _topic_names(spark, admin)
+            pattern = kafka.topic_pattern if isinstance(kafka, KafkaSourceSettings) else None
+            if kafka.topic is not None:
+                missing = [name.strip() for name in kafka.topic.split(",") if name.strip() not in topics]
+                if missing:
+                    there = ", ".join(sorted(topics)[:10]) or "none"
+                    raise KafkaEndpointError(_no_topic(section, kafka, missing, f" (topics there: {there})"))
+            elif not any(re.fullmatch(str(pattern), name) for name in topics):
+                checked.remarks.append(f"{section}.kafka.topic_pattern {pattern}: no topic matches yet; the job waits")
+            if section == "source" and settings.query.real_time and isinstance(kafka, KafkaSourceSettings):
+                checked.kafka_partitions = _partitions(spark, admin, _read_topics(kafka, topics))
+    return checked
 
 
 def _no_topic(section: str, kafka: KafkaSourceSettings | KafkaSinkSettings, missing: list[str], there: str) -> str:
@@ -176,29 +196,34 @@ def _answer(spark: SparkSession, future: Any) -> Any:
     return future.get(ADMIN_TIMEOUT_SECONDS, spark._jvm.java.util.concurrent.TimeUnit.SECONDS)  # type: ignore[union-attr]
 
 
-def _topics(spark: SparkSession, kafka: KafkaConnection, where: str, environ: Mapping[str, str]) -> set[str]:
-    with _admin(spark, kafka, where, environ) as admin:
-        return {str(name) for name in _answer(spark, admin.listTopics().names())}
+def _topic_names(spark: SparkSession, admin: Any) -> set[str]:
+    return {str(name) for name in _answer(spark, admin.listTopics().names())}
 
 
 def source_partitions(spark: SparkSession, settings: Settings, environ: Mapping[str, str] = os.environ) -> int:
     """The partitions of the topics the Kafka source reads now (its topic list, or its pattern's matches):
-    a real-time batch reads each with a task of its own."""
+    a real-time batch reads each with a task of its own. A start has them from check_kafka_endpoints."""
     kafka = settings.source.kafka
     where = f"source.kafka.bootstrap_servers {kafka.bootstrap_servers}"
     with _admin(spark, kafka, where, environ) as admin:
-        names = {str(name) for name in _answer(spark, admin.listTopics().names())}
-        if kafka.topic is not None:
-            read = {name.strip() for name in kafka.topic.split(",")} & names
-        else:
-            read = {name for name in names if re.fullmatch(str(kafka.topic_pattern), name)}
-        if not read:
-            return 0
-        topics = spark._jvm.java.util.ArrayList()  # type: ignore[union-attr]
-        for name in read:
-            topics.add(name)
-        described = _answer(spark, admin.describeTopics(topics).allTopicNames())
-        return sum(int(described.get(name).partitions().size()) for name in read)
+        return _partitions(spark, admin, _read_topics(kafka, _topic_names(spark, admin)))
+
+
+def _read_topics(kafka: KafkaSourceSettings, names: set[str]) -> set[str]:
+    """The topics among `names` the source reads: its topic list's, or its pattern's matches."""
+    if kafka.topic is not None:
+        return {name.strip() for name in kafka.topic.split(",")} & names
+    return {name for name in names if re.fullmatch(str(kafka.topic_pattern), name)}
+
+
+def _partitions(spark: SparkSession, admin: Any, read: set[str]) -> int:
+    if not read:
+        return 0
+    topics = spark._jvm.java.util.ArrayList()  # type: ignore[union-attr]
+    for name in read:
+        topics.add(name)
+    described = _answer(spark, admin.describeTopics(topics).allTopicNames())
+    return sum(int(described.get(name).partitions().size()) for name in read)
 
 
 def _explain(error: Exception, kafka: KafkaConnection, where: str) -> str:

@@ -44,6 +44,11 @@ def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings, one
     return writer.format("console").option("numRows", sink.console_rows).option("truncate", "false").start()
 
 
+# Timestamps to the microsecond, as Spark holds them (to_json's default format cuts them to milliseconds, and
+# two results a few microseconds apart would share a key).
+JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
+
+
 def kafka_sink_options(kafka: KafkaSinkSettings, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The Kafka sink options the settings build; secrets come from the environment variables named."""
     return {**connection_options(kafka, environ), "topic": kafka.topic}
@@ -61,7 +66,8 @@ def kafka_records(result: DataFrame, kafka: KafkaSinkSettings) -> DataFrame:
             ]
         )
     return result.select(
-        F.to_json(F.struct(*kafka.key_columns)).alias("key"), F.to_json(F.struct(*result.columns)).alias("value")
+        F.to_json(F.struct(*kafka.key_columns), JSON_OPTIONS).alias("key"),
+        F.to_json(F.struct(*result.columns), JSON_OPTIONS).alias("value"),
     )
 
 

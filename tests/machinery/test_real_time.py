@@ -418,8 +418,10 @@ def test_a_bad_record_in_real_time_is_the_jobs_one_line_as_in_micro_batches(
     failed = run_python("main.py", "--settings", str(write_settings(changes)), env=clean_env())
 
     assert failed.returncode == 1, failed.stderr[-3000:]
-    # A warning may come (a state store slow to load on busy cores); no ERROR line, no Java exception.
-    assert [line for line in jvm_free(failed.stderr).splitlines() if " WARN " not in line] == [
+    # A warning may come (a state store slow to load on busy cores), and the connector's line where the
+    # proven pairing runs (its own proof above); no ERROR line, no Java exception.
+    said = [line for line in jvm_free(failed.stderr).splitlines() if not line.startswith("connectors: ")]
+    assert [line for line in said if " WARN " not in line] == [
         f"bad record: topic {topics['in']} partition 0 offset 5 holds a record that does not parse as EVENT_SCHEMA:"
         f" {BROKEN}; source.kafka.on_bad_record is fail, so the batch stopped uncommitted (the results of its"
         " records before this one may be out already, and are written again when it runs again). Fix or remove"

@@ -5,7 +5,7 @@ proofs on another release, one bake per operator (answered as CI's bakes are), i
 virtual environment of its own under build/ that holds that pyspark and the project's other
 dependencies: the generated project's own tests (`tests/`), then the machinery proofs of
 tests/machinery that CI runs in that bake, minus those that need JARs that release does not
-have here (the Kafka connector and Delta Lake's JVM sink: see the README's compatibility table).
+have here (the Kafka connector and Delta Lake's JVM sink: see the template's docs/compatibility.md).
 Prints one line per bake and writes the counts, the failures and the machine to
 RESULTS_DIR/spark_versions.json and spark_versions.md.
 

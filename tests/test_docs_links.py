@@ -19,10 +19,11 @@ INLINE_LINK = re.compile(r"\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*(<[^>]*>|[^)\s]*)(?
 REFERENCE_DEFINITION = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*(<[^>]*>|\S+)")
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
-# The bakes whose Markdown differs: the default, and each answer that adds or changes a linked section.
+# The bakes whose Markdown differs: the default, and each answer its README and docs/ test in Jinja.
 BAKES = {
     "default": {},
     "databricks": {"platform": "databricks"},
+    "stream_stream_join": {"stateful_operator": "stream_stream_join"},
     "custom_state": {"stateful_operator": "custom_state"},
     "deduplicated_count": {"stateful_operator": "deduplicated_count"},
     "real_time": {"source": "kafka", "sink": "kafka", "stateful_operator": "deduplication", "real_time": True},
@@ -106,7 +107,8 @@ def markdown_files(root: Path, *names: str) -> list[Path]:
 def test_the_templates_markdown_links_resolve() -> None:
     files = markdown_files(TEMPLATE, "README.md", "docs/**/*.md")
     assert len(files) > 1
-    assert [line for path in files for line in broken_links(path, TEMPLATE)] == []
+    broken = [line for path in files for line in broken_links(path, TEMPLATE)]
+    assert not broken, "broken links:\n" + "\n".join(broken)
 
 
 @pytest.mark.parametrize("answers", BAKES.values(), ids=BAKES.keys())
@@ -114,7 +116,8 @@ def test_a_generated_projects_markdown_links_resolve(tmp_path: Path, answers: di
     project = bake(tmp_path, **answers)
     files = markdown_files(project, "*.md", "docs/**/*.md")
     assert {path.name for path in files} >= {"README.md", "state.md"}
-    assert [line for path in files for line in broken_links(path, project)] == []
+    broken = [line for path in files for line in broken_links(path, project)]
+    assert not broken, "broken links:\n" + "\n".join(broken)
 
 
 def test_the_checker_finds_a_missing_file_and_a_missing_anchor(tmp_path: Path) -> None:

@@ -111,6 +111,14 @@ def test_the_templates_markdown_links_resolve() -> None:
     assert not broken, "broken links:\n" + "\n".join(broken)
 
 
+def test_the_readme_is_read_in_minutes() -> None:
+    """At most 300 lines, its first screen the command CI runs (.ci/run: make test); the rest is in docs/."""
+    readme = (TEMPLATE / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(readme) <= 300
+    assert (TEMPLATE / ".ci" / "run").read_text().splitlines()[-1] == "make test"
+    assert any(line.startswith("make test ") for line in readme[:20])
+
+
 @pytest.mark.parametrize("answers", BAKES.values(), ids=BAKES.keys())
 def test_a_generated_projects_markdown_links_resolve(tmp_path: Path, answers: dict[str, object]) -> None:
     project = bake(tmp_path, **answers)

@@ -39,7 +39,8 @@ from ..durations import AVAILABLE_NOW, parse_duration
 from ..operators import NAMES, OPERATORS, UPDATE_JOIN_TYPES
 from ..plan_operators import PlanOperator, chain, flow_order
 from ..sizing import capacity
-from ..sizing.capacity import JAVA_INT, MAXIMA, Estimate
+from ..sizing.estimate import Estimate
+from ..sizing.limits import JAVA_INT, MAXIMA
 from ..sizing.memory import parse_memory
 from ..sizing.partitions import SPARK_MAX_PARTITIONS
 

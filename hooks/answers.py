@@ -52,15 +52,13 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
     """What the bake needs to know about the answers: the problems (one line each, every one of
     them), the warnings, and, when there is no problem, the sizing decision and its report."""
     machinery = load_machinery(Path(template_root) / MACHINERY)
-    found = name_problems(answers) + number_problems(answers, machinery["sizing.capacity"].MAXIMA)
+    found = name_problems(answers) + number_problems(answers, machinery["sizing.limits"].MAXIMA)
     found += duration_problems(answers, machinery["durations"])
     found += real_time_problems(answers, machinery["real_time"])
     result: dict[str, Any] = {"problems": found, "warnings": []}
     if found:
         return result
-    capacity, partitions, core_rates = (
-        machinery[f"sizing.{name}"] for name in ("capacity", "partitions", "core_rates")
-    )
+    partitions, core_rates = (machinery[f"sizing.{name}"] for name in ("partitions", "core_rates"))
     operators = machinery["operators"].STARTERS[answers["stateful_operator"]]
     real_time = machinery["real_time"] if answers["real_time"] else None
     if real_time:
@@ -69,14 +67,14 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
     explicit = optional_whole(answers["shuffle_partitions"])
     count = explicit or partitions.base_count(cores)
     try:
-        sizing, decision = size(capacity, operators, answers, count, real_time)
+        sizing, decision = size(machinery, operators, answers, count, real_time)
         rate_cores = core_rates.advise(sizing, decision.provider, real_time and real_time.REAL_TIME)
         advice = partitions.advise(cores, decision.provider, sizing, rate_cores.cores_with_growth)
         if explicit is None and advice.recommended != count:
             # auto: the cores or the state ask for another count than the first guess; size again at it.
             first = (count, sizing, decision)
             count = advice.recommended
-            sizing, decision = size(capacity, operators, answers, count, real_time)
+            sizing, decision = size(machinery, operators, answers, count, real_time)
             if cores is None and decision.provider != first[2].provider:
                 # The rate's cores asked for so many partitions that each would hold less than the threshold:
                 # that spreads the heap, it does not shrink it. The first count and decision stand.
@@ -99,7 +97,7 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
         decision_comment=decision_comment(answers, sizing, decision, partition_lines, rate_cores.lines),
         against_recommendation=decision.against_recommendation,
         against_partition_advice=bool(partitions.against(advice, count, sizing)),
-        report=capacity.report(sizing, decision, partition_lines)
+        report=machinery["sizing.report"].report(sizing, decision, partition_lines)
         + "\nCores from the rate\n"
         + "\n".join(f"  {line}" for line in rate_cores.lines),
         cores_needed=rate_cores.cores_needed,
@@ -116,7 +114,7 @@ def review(answers: dict[str, Any], template_root: str) -> dict[str, Any]:
 
 
 def load_machinery(folder: Path) -> dict[str, ModuleType]:
-    """The durations and capacity modules of the template's machinery core, under a fresh package name:
+    """The durations and sizing modules of the template's machinery core, under a fresh package name:
     cruft renders two versions of the template in one process, and each must use its own."""
     name = f"_template_machinery_{next(_LOADS)}"
     spec = importlib.util.spec_from_file_location(
@@ -127,7 +125,8 @@ def load_machinery(folder: Path) -> dict[str, ModuleType]:
     sys.modules[name] = package
     try:
         spec.loader.exec_module(package)
-        modules = ("durations", "operators", "real_time", "sizing.capacity", "sizing.partitions", "sizing.core_rates")
+        sizing = ("limits", "capacity", "decision", "report", "partitions", "core_rates")
+        modules = ("durations", "operators", "real_time", *(f"sizing.{module}" for module in sizing))
         return {module: importlib.import_module(f"{name}.core.{module}") for module in modules}
     finally:
         for loaded in [key for key in sys.modules if key == name or key.startswith(f"{name}.")]:
@@ -289,7 +288,7 @@ def optional_whole(text: Any) -> int | None:
 
 
 def size(
-    capacity: ModuleType,
+    machinery: dict[str, ModuleType],
     operators: tuple[str, ...],
     answers: dict[str, Any],
     partitions: int,
@@ -299,9 +298,11 @@ def size(
     with real_time (the machinery's module, for a real-time bake) at its batch duration."""
     own = [real_time.STARTER_INPUTS.get(name, {}) if real_time else {} for name in operators]
     trigger = {"trigger": real_time.REAL_TIME} if real_time else {}
-    sizing = capacity.estimate_chain(operators, own_inputs=own, **sizing_inputs(answers, partitions), **trigger)
+    sizing = machinery["sizing.capacity"].estimate_chain(
+        operators, own_inputs=own, **sizing_inputs(answers, partitions), **trigger
+    )
     provider = real_time.PROVIDER if real_time else answers["state_store_provider"]  # Spark's rule: no hdfs
-    return sizing, capacity.decide(provider, bool(answers["changelog_checkpointing"]), sizing)
+    return sizing, machinery["sizing.decision"].decide(provider, bool(answers["changelog_checkpointing"]), sizing)
 
 
 def sizing_inputs(answers: dict[str, Any], partitions: int) -> dict[str, Any]:

@@ -7,7 +7,10 @@ import math
 
 import pytest
 from stream_job.machinery.core.durations import DurationError, parse_duration
-from stream_job.machinery.core.sizing.capacity import GIB, decide, estimate, report
+from stream_job.machinery.core.sizing.capacity import estimate
+from stream_job.machinery.core.sizing.decision import decide
+from stream_job.machinery.core.sizing.memory import GIB
+from stream_job.machinery.core.sizing.report import report
 from stream_job.machinery.core.sizing.store_costs import (
     COSTS,
     HEAP_PER_INSTANCE,

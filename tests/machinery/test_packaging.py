@@ -22,8 +22,9 @@ def test_package_zips_every_module_and_prints_the_submit_line(write_settings, tm
     zip_path = tmp_path / "dist" / "stream_job.zip"
     zipped = zipfile.ZipFile(zip_path).namelist()
     modules = sorted(str(path.relative_to(PROJECT_DIR)) for path in (PROJECT_DIR / "stream_job").rglob("*.py"))
-    # What a cluster never runs stays out: the local Kafka broker, bench and the tests' surface.
-    left_out = ["stream_job/machinery/testing.py", "stream_job/machinery/operations/bench.py"]
+    # What a cluster never runs stays out: the local Kafka broker, bench and its scratch runs, and the tests' surface.
+    bench = ["bench", "bench_run", "bench_report", "scratch_run", "store_configurations"]
+    left_out = ["stream_job/machinery/testing.py", *(f"stream_job/machinery/operations/{name}.py" for name in bench)]
     left_out += ["stream_job/machinery/operations/local_kafka.py"]
     assert sorted(zipped) == sorted(set(modules) - set(left_out))
     # The job's command line starts from the zip alone, as the driver does on a cluster.

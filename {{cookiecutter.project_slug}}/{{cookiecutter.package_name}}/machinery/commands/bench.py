@@ -93,7 +93,8 @@ def register_sustain(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ..operations.bench import BenchError, BenchRunFailed, run_bench
+    from ..operations.bench import run_bench
+    from ..operations.scratch_run import BenchError, BenchRunFailed
 
     settings = load_settings(args.settings)
     configurations = [name.strip() for name in args.providers.split(",") if name.strip()]
@@ -114,8 +115,10 @@ def cmd_sustain(args: argparse.Namespace) -> int:
     from ..core.durations import named_duration
     from ..core.plan_operators import chain, flow_order
     from ..core.sizing.memory import parse_memory
-    from ..operations.bench import BenchError, BenchRunFailed, configuration_of
-    from ..operations.sustained_rate import sustained, write_results
+    from ..operations.scratch_run import BenchError, BenchRunFailed
+    from ..operations.store_configurations import configuration_of
+    from ..operations.sustain_report import write_results
+    from ..operations.sustained_rate import sustained
 
     settings = load_settings(args.settings)
     try:

@@ -9,6 +9,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core.figures import human_bytes
 from ..core.operators import NAMES
 from ..core.plan_operators import chain, unsized
 from ..core.settings import Settings, load_settings
@@ -19,8 +20,11 @@ from ..core.sizing.cluster_sizing import (
     cluster_report,
     size_cluster,
 )
+from ..core.sizing.estimate import ASSUMED_BYTES_PER_ROW, Estimate
+from ..core.sizing.limits import MAXIMA
 from ..core.sizing.memory import parse_memory
 from ..core.sizing.partitions import PartitionAdvice
+from ..core.sizing.report import report
 from ..job.query_plan import checked_plan
 from .arguments import EXIT_BAD_INPUT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
 
@@ -109,11 +113,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print("estimate error: give --bytes-per-row or --calibrate (which measures it), not both", file=sys.stderr)
         return EXIT_BAD_INPUT
     beyond = [
-        f"--{flag.replace('_', '-')} {value:g} is more than {capacity.MAXIMA[keyword]:,}, which no job reaches"
+        f"--{flag.replace('_', '-')} {value:g} is more than {MAXIMA[keyword]:,}, which no job reaches"
         for flag, keyword in (*FLAG_KEYWORDS.items(), ("max_cores", "max_cores"))
-        if keyword in capacity.MAXIMA
-        and (value := getattr(args, flag)) is not None
-        and value > capacity.MAXIMA[keyword]
+        if keyword in MAXIMA and (value := getattr(args, flag)) is not None and value > MAXIMA[keyword]
     ]
     if beyond:
         print(f"estimate error: {'; '.join(beyond)}", file=sys.stderr)
@@ -199,18 +201,18 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             result["cluster"] = asdict(cluster)
         print(json.dumps(result, indent=2))
     else:
-        print(capacity.report(sizing, partition_lines=partitions.describe(advice, sizing.shuffle_partitions, sizing)))
+        print(report(sizing, partition_lines=partitions.describe(advice, sizing.shuffle_partitions, sizing)))
         print(cores_report(cores, max_cores))
         print(cluster_report(cluster) if cluster else CLUSTER_HINT)
     return 0
 
 
-def provider_of(settings: Settings | None, sizing: capacity.Estimate) -> str:
+def provider_of(settings: Settings | None, sizing: Estimate) -> str:
     """The settings' provider, else the recommended one."""
     return sizing.recommended_provider if settings is None else settings.state_store.provider
 
 
-def core_advice(settings: Settings | None, sizing: capacity.Estimate) -> core_rates.CoreAdvice:
+def core_advice(settings: Settings | None, sizing: Estimate) -> core_rates.CoreAdvice:
     """The cores the rate needs on the settings' provider at the settings' trigger."""
     return core_rates.advise(sizing, provider_of(settings, sizing), settings.query.trigger if settings else None)
 
@@ -226,7 +228,7 @@ def cores_report(cores: core_rates.CoreAdvice, max_cores: int | None) -> str:
 
 def partition_advice(
     settings: Settings | None,
-    sizing: capacity.Estimate,
+    sizing: Estimate,
     max_cores: int | None,
     cores: core_rates.CoreAdvice,
 ) -> PartitionAdvice:
@@ -246,7 +248,7 @@ class ClusterInputs:
     memory: str
     memory_field: str
 
-    def sized(self, sizing: capacity.Estimate) -> ClusterSizing:
+    def sized(self, sizing: Estimate) -> ClusterSizing:
         rocksdb = self.settings.state_store.rocksdb
         overhead = self.settings.spark.conf.get("spark.executor.memoryOverhead")
         return size_cluster(
@@ -291,14 +293,14 @@ def positive_conf(name: str, value: object) -> int:
     return number
 
 
-def sizing_check(settings: Settings, sizing: capacity.Estimate, cores: core_rates.CoreAdvice) -> int:
+def sizing_check(settings: Settings, sizing: Estimate, cores: core_rates.CoreAdvice) -> int:
     """The bake-time decision, checked again: an HDFS-backed store that the sizing has outgrown fails;
     a rate that needs more cores than capacity.max_cores is warned about."""
     chosen = settings.state_store.provider
     warning = core_rates.against(cores, settings.capacity.max_cores)
     if warning:
         print(f"{'!' * 78}\nsizing check WARNING: {warning} (capacity.max_cores).\n{'!' * 78}", file=sys.stderr)
-    per_partition = capacity.human_bytes(sizing.projected_bytes_per_partition)
+    per_partition = human_bytes(sizing.projected_bytes_per_partition)
     if chosen == "hdfs" and sizing.recommended_provider == "rocksdb":
         print(
             f"sizing check failed: state_store.provider is hdfs but the sizing of settings.yaml needs rocksdb"
@@ -316,7 +318,7 @@ def _bytes_source(args: argparse.Namespace, calibration: Calibration | None) -> 
         return calibration.describe()
     if args.bytes_per_row is not None:
         return "--bytes-per-row, as given (an assumption; --calibrate measures it)"
-    return capacity.ASSUMED_BYTES_PER_ROW
+    return ASSUMED_BYTES_PER_ROW
 
 
 def run_calibration(settings: Settings, events_per_file: int) -> Calibration:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from ..core.settings import Settings
-    from ..core.sizing.capacity import Estimate
+    from ..core.sizing.estimate import Estimate
 
 
 class HeapProbe:

@@ -24,7 +24,8 @@ from typing import Any, TextIO
 from pyspark.sql.streaming import StreamingQueryListener
 
 from ..core.figures import human_bytes
-from ..core.sizing.capacity import ROCKSDB_THRESHOLD_BYTES, Estimate
+from ..core.sizing.estimate import Estimate
+from ..core.sizing.limits import ROCKSDB_THRESHOLD_BYTES
 from ..core.text import first_line
 from .endpoints.sources import BAD_RECORDS_OBSERVATION, EVENT_TIME_AHEAD, MALFORMED, WITHOUT_EVENT_TIME
 from .heap import HeapProbe

@@ -24,8 +24,9 @@ from ..core.checkpoint.files import (
     operator_schemas,
 )
 from ..core.confs import PARTITIONS_CONF, PROVIDER_CONF, provider_name
+from ..core.figures import human_bytes, num
 from ..core.operators import held_operator
-from ..core.sizing import capacity
+from ..core.sizing.estimate import Estimate
 from ..job.spark_errors import spark_errors
 from .state_reader import (
     TIMERS,
@@ -94,13 +95,13 @@ class Inspection:
     provider: str
     batch_id: int
     operators: list[OperatorState]
-    estimate: capacity.Estimate | None = None
+    estimate: Estimate | None = None
 
     @property
     def state_rows(self) -> int:
         return sum(operator.rows for operator in self.operators)
 
-    def estimates_by_operator(self) -> list[tuple[OperatorState, capacity.Estimate]]:
+    def estimates_by_operator(self) -> list[tuple[OperatorState, Estimate]]:
         """Each operator's state beside its own estimate, when the estimate has one per operator of the
         checkpoint (its parts run the way events flow, Spark's operator ids from the sink back)."""
         if self.estimate is None or len(self.estimate.operators) != len(self.operators):
@@ -311,7 +312,7 @@ def render(inspection: Inspection) -> str:
         lines.append(f"  state rows: {operator.rows:,}")
         if operator.disk_bytes is not None and operator.disk_bytes_per_partition is not None:
             lines.append(
-                f"  on disk: {operator.disk_bytes:,} B ({capacity.human_bytes(operator.disk_bytes)}) in all kept"
+                f"  on disk: {operator.disk_bytes:,} B ({human_bytes(operator.disk_bytes)}) in all kept"
                 f" versions, largest partition {max(operator.disk_bytes_per_partition):,} B"
             )
     lines += ["", *_comparison(inspection)]
@@ -326,9 +327,9 @@ def _comparison(inspection: Inspection) -> list[str]:
     share = f"{measured / e.rows:.2%} of the estimate" if e.rows else "the estimate is 0 rows"
     most = max((max(s.rows_per_partition) for o in inspection.operators for s in o.stores if s.counted), default=0)
     return [
-        f"estimate ({capacity.num(e.input_rows_per_second)} rows/s, watermark {e.watermark}): {e.rows:,} state rows,"
-        f" {e.rows // e.shuffle_partitions:,} per partition, {capacity.human_bytes(e.total_bytes)} of heap on the"
-        f" HDFS-backed store ({e.heap_bytes_per_row} B per row), {capacity.human_bytes(e.rocksdb_disk_bytes)} of"
+        f"estimate ({num(e.input_rows_per_second)} rows/s, watermark {e.watermark}): {e.rows:,} state rows,"
+        f" {e.rows // e.shuffle_partitions:,} per partition, {human_bytes(e.total_bytes)} of heap on the"
+        f" HDFS-backed store ({e.heap_bytes_per_row} B per row), {human_bytes(e.rocksdb_disk_bytes)} of"
         " disk on RocksDB",
         f"measured at batch {inspection.batch_id}: {measured:,} state rows ({share}), at most {most:,} in one partition",
         *(

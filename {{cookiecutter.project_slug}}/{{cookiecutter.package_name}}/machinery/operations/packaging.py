@@ -15,8 +15,17 @@ from pathlib import Path
 # The whole package: the query module and this machinery (two levels up from this file).
 PACKAGE_DIR = Path(__file__).resolve().parents[2]
 DEPLOY_MODES = ("client", "cluster")
-# What a cluster never runs: development tools (the local Kafka broker, bench) and the tests' surface.
-DEVELOPMENT_ONLY = ("machinery/operations/local_kafka.py", "machinery/operations/bench.py", "machinery/testing.py")
+# What a cluster never runs: development tools (the local Kafka broker, bench and its scratch runs) and the
+# tests' surface.
+DEVELOPMENT_ONLY = (
+    "machinery/operations/local_kafka.py",
+    "machinery/operations/bench.py",
+    "machinery/operations/bench_run.py",
+    "machinery/operations/bench_report.py",
+    "machinery/operations/scratch_run.py",
+    "machinery/operations/store_configurations.py",
+    "machinery/testing.py",
+)
 
 
 def build_py_files(out_dir: Path) -> Path:

@@ -1,22 +1,15 @@
 """Settings: settings.yaml, overridden by environment variables, validated before Spark starts."""
 
-from .loading import DEFAULT_SETTINGS_FILE, load_settings, nearest_existing_folder, unset_secrets
-from .model import (
-    ENV_PREFIX,
-    FilesSourceSettings,
-    KafkaConnection,
-    KafkaSinkSettings,
-    KafkaSourceSettings,
-    QuerySettings,
-    RateSourceSettings,
-    Settings,
-    SettingsError,
-    SinkSettings,
-    SourceSettings,
-    StateStoreSettings,
-    connect_url,
-    masked_url,
-)
+from .kafka import KafkaConnection
+from .loading import DEFAULT_SETTINGS_FILE, load_settings
+from .local_checks import nearest_existing_folder, unset_secrets
+from .model import Settings
+from .query import QuerySettings
+from .section import ENV_PREFIX, SettingsError
+from .sink import KafkaSinkSettings, SinkSettings
+from .sources import FilesSourceSettings, KafkaSourceSettings, RateSourceSettings, SourceSettings
+from .spark import connect_url, masked_url
+from .state_store import StateStoreSettings
 
 __all__ = [
     "DEFAULT_SETTINGS_FILE",

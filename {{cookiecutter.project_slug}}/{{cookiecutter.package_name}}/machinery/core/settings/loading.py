@@ -16,21 +16,15 @@ from pydantic_settings import SettingsError as SourceError
 
 from ..contract import QUERY_MODULE, operator_name
 from .folders import overlapping_folders
-from .model import (
-    ENV_PREFIX,
-    Settings,
-    SettingsError,
-    SourceSettings,
-    masked_url,
-    nearest_existing_folder,
-    unset_secrets,
-)
+from .model import Settings
+from .section import ENV_PREFIX, SettingsError
+from .sources import SourceSettings
+from .spark import masked_url
 from .yaml_file import read_yaml_mapping
 
 DEFAULT_SETTINGS_FILE = Path("settings.yaml")
 # A bad value longer than this is shown cut, so that an error stays one readable line.
 SHOWN_VALUE_CHARS = 120
-__all__ = ["DEFAULT_SETTINGS_FILE", "load_settings", "nearest_existing_folder", "unset_secrets"]
 
 
 def load_settings(path: Path | str = DEFAULT_SETTINGS_FILE, **overrides: Any) -> Settings:

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from .model import SettingsError
+from .section import SettingsError
 
 # Aliases may repeat a value, but not expand the file past this many values (a "billion laughs" file
 # of 9 aliases on each of 9 levels expands to 9^9 values: gigabytes, from a page of text).

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from ..figures import human_bytes, num
-from .capacity import Estimate
+from .estimate import Estimate
 from .memory import MIB, UNIFIED_MEMORY_FRACTION, heap_for_state, memory_setting, parse_memory
 
 ROCKSDB_MIN_BUDGET_MB = 500  # Spark's default maxMemoryUsageMB

@@ -23,7 +23,8 @@ from .. import real_time
 from ..durations import named_duration
 from ..figures import cores_text, num
 from ..operators import batch_seconds, measured_as
-from .capacity import Estimate, steady_batch_seconds
+from .capacity import steady_batch_seconds
+from .estimate import Estimate
 
 # Headroom: at the answered rate the cores are busy at most this share of the time, so that a slower
 # batch (a GC pause, a compaction, a burst of input) is caught up with instead of piling up.

@@ -20,7 +20,8 @@ import re
 from dataclasses import dataclass
 
 from ..figures import cores_text, human_bytes, num
-from .capacity import ROCKSDB_THRESHOLD_BYTES, Estimate
+from .estimate import Estimate
+from .limits import ROCKSDB_THRESHOLD_BYTES
 
 # Databricks advises 1 to 2 x the cores for stateful queries; 2 gives a skewed partition's task
 # another core to wait on instead of stretching the whole batch.

@@ -20,7 +20,7 @@ from ...core.contract import user_query
 from ...core.durations import parse_duration
 from ...core.operators import OPERATORS
 from ...core.settings import Settings
-from ...core.sizing.capacity import MAXIMA
+from ...core.sizing.limits import MAXIMA
 from .schema_events import schema_event
 
 FILE_PATTERN = re.compile(r"^events-(\d{5})\.json$")

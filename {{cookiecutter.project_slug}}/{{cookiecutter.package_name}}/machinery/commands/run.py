@@ -26,12 +26,12 @@ from ..core.sizing.partitions import (
 )
 from ..core.text import first_line
 from ..job.endpoints.delta import require_deltalake
-from ..job.guard import GuardReport, check_checkpoint
-from ..job.java import launched_by_spark_submit
-from ..job.real_time_checks import refuse_before_spark
-from ..job.remote import is_connect, require_server
-from ..job.spark_errors import message_chain, writer_task_errors
-from ..job.state_checks import local_checksum_failures
+from ..job.guard.checkpoint import GuardReport, check_checkpoint
+from ..job.guard.real_time_checks import refuse_before_spark
+from ..job.guard.state_checks import local_checksum_failures
+from ..job.spark.java import launched_by_spark_submit
+from ..job.spark.remote import is_connect, require_server
+from ..job.spark.spark_errors import message_chain, writer_task_errors
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,8 +71,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:  # before the lock and the guard: a missing server changes nothing
         require_server(settings.spark.connect_url)
     remarks_to = settings.monitoring.remarks_to(sys.stdout)
-    from ..job.session import job_session  # Spark is imported only when a command needs it
-    from ..job.session_files import checkpoint_files
+    from ..job.spark.session import job_session  # Spark is imported only when a command needs it
+    from ..job.spark.session_files import checkpoint_files
 
     with ExitStack() as stack:
         # Spark Classic starts only after the checks (in _run), so that bad input never starts a JVM; a Spark
@@ -99,11 +99,11 @@ def _run(
 ) -> int:
     from pyspark.errors import StreamingQueryException
 
-    from ..job.connectors import require_connectors
     from ..job.endpoints.kafka import check_kafka_endpoints, require_brokers
-    from ..job.runner import run_query, startup_line
-    from ..job.schema_evolution import schema_refusal_advice
-    from ..job.session import log_dir, refused_confs
+    from ..job.guard.schema_evolution import schema_refusal_advice
+    from ..job.run.runner import run_query, startup_line
+    from ..job.spark.connectors import require_connectors
+    from ..job.spark.session import log_dir, refused_confs
 
     print(startup_line(spark, settings), file=remarks_to, flush=True)
     refused = refused_confs(spark, settings)

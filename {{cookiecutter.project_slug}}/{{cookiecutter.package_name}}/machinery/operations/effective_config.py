@@ -11,7 +11,7 @@ from typing import Any
 from ..core.settings import Settings, masked_url
 from ..job.endpoints.sinks import kafka_sink_options
 from ..job.endpoints.sources import files_options, kafka_options
-from ..job.session import secret_confs, spark_confs, static_confs
+from ..job.spark.session import secret_confs, spark_confs, static_confs
 
 
 class _SecretNames(dict):

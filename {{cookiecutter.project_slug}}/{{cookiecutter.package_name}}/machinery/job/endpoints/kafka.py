@@ -27,7 +27,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from ...core.settings import KafkaConnection, KafkaSinkSettings, KafkaSourceSettings, Settings
-from ..remote import is_connect
+from ..spark.remote import is_connect
 
 CONNECT_TIMEOUT_SECONDS = 5
 ADMIN_TIMEOUT_SECONDS = 20

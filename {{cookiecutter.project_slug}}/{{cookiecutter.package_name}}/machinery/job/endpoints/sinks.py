@@ -10,15 +10,18 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from ...core import real_time
+from ...core.delta_merge import MergeKey
 from ...core.durations import AVAILABLE_NOW
 from ...core.settings import KafkaSinkSettings, QuerySettings, SettingsError, SinkSettings
-from ..merge_key import merge_key
 from .delta import DeltaLakeBatchWriter, DeltaSparkMergeWriter
 from .kafka import connection_options
 
 
-def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings, one_batch: bool = False) -> StreamingQuery:
-    """Start the query; one_batch runs a single batch and ends (the unfinished batch first, if there is one)."""
+def start_query(
+    result: DataFrame, sink: SinkSettings, query: QuerySettings, key: MergeKey | None, one_batch: bool = False
+) -> StreamingQuery:
+    """Start the query; one_batch runs a single batch and ends (the unfinished batch first, if there is one).
+    `key`: what update mode into Delta MERGEs each batch by (the guard's merged_output.checked_output)."""
     records = kafka_records(result, sink.kafka) if sink.type == "kafka" else result
     writer = (
         records.writeStream.queryName(query.name)
@@ -30,7 +33,8 @@ def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings, one
         # The file sink is exactly-once: a batch's files count only once its _spark_metadata entry is written.
         return writer.format("parquet").option("path", sink.path).start()
     if sink.merges:  # update mode: each batch MERGEd into the table by the result's key, exactly once
-        key = merge_key(result, sink)
+        if key is None:
+            raise ValueError("update mode into Delta MERGEs by a key: pass checked_output's")
         writes = DeltaSparkMergeWriter if sink.delta_writer == "delta-spark" else DeltaLakeBatchWriter
         return writer.foreachBatch(writes(sink.path, query.checkpoint_location, key)).start()
     if sink.delta_writer == "delta-spark":

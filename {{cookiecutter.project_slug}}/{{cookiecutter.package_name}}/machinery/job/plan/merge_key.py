@@ -14,9 +14,8 @@ import re
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType, TimestampType
 
-from ..core.delta_merge import MergeKey, columns_differ, schema_line
-from ..core.settings import Settings, SettingsError, SinkSettings
-from .endpoints.delta import columns, table_schema
+from ...core.delta_merge import MergeKey
+from ...core.settings import SettingsError, SinkSettings
 from .plan_source import PlanNode, analyzed_plan, column, items, split_top
 from .query_plan import is_stateful
 
@@ -161,34 +160,3 @@ def _own_id(item: str) -> int | None:
 def _name(item: str) -> str:
     found = column(split_top(item, " AS ")[-1])
     return found[0] if found else item
-
-
-def checked_output(result: DataFrame, settings: Settings) -> str | None:
-    """Before a start (and `check`), in update mode: the steps after the last stateful operator
-    (changed_rows_refusal) and, into Delta, the key and the table's columns, each misfit a SettingsError;
-    the line that says what each batch is MERGEd by (None but into Delta)."""
-    refused = changed_rows_refusal(result, settings.sink)
-    if refused:
-        raise SettingsError([refused])
-    if not settings.sink.merges:
-        return None
-    key = merge_key(result, settings.sink)
-    misfit = table_columns_refusal(settings, result)
-    if misfit:
-        raise SettingsError([misfit])
-    return f"update mode into Delta: each batch MERGEd into {settings.sink.path} by ({', '.join(key.columns)}), {key.origin}"
-
-
-def table_columns_refusal(settings: Settings, result: DataFrame) -> str | None:
-    """One line when the Delta table at sink.path holds other columns than the output (names and types,
-    in any order: a MERGE sets and inserts by name); None without a table, or when it fits, or when this
-    machine cannot read it (no deltalake package, a store it has no credentials for): the MERGE checks."""
-    try:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError
-
-        schema = table_schema(DeltaTable(settings.sink.path))
-    except (ImportError, DeltaError, OSError):  # TableNotFoundError is a DeltaError
-        return None
-    table, output = columns(schema), columns(result.schema)
-    return schema_line(settings.sink.path, list(table), list(output)) if columns_differ(table, output) else None

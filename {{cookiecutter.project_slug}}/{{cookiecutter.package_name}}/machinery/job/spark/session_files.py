@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
-from ..core.checkpoint.files import LOCAL, Files, local_checkpoint
+from ...core.checkpoint.files import LOCAL, Files, local_checkpoint
 from .remote import is_connect
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it

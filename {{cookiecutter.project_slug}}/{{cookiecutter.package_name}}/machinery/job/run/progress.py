@@ -23,11 +23,11 @@ from typing import Any, TextIO
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from ..core.figures import human_bytes
-from ..core.sizing.capacity import ROCKSDB_THRESHOLD_BYTES, Estimate
-from ..core.text import first_line
-from .endpoints.sources import BAD_RECORDS_OBSERVATION, EVENT_TIME_AHEAD, MALFORMED, WITHOUT_EVENT_TIME
-from .heap import HeapProbe
+from ...core.figures import human_bytes
+from ...core.sizing.capacity import ROCKSDB_THRESHOLD_BYTES, Estimate
+from ...core.text import first_line
+from ..endpoints.sources import BAD_RECORDS_OBSERVATION, EVENT_TIME_AHEAD, MALFORMED, WITHOUT_EVENT_TIME
+from ..spark.heap import HeapProbe
 
 
 def format_progress(progress: dict[str, Any], rows_counted: bool = True) -> str:

@@ -16,17 +16,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.contract import project_code, user_query
-from ..core.operators import BY_PLAN_NODE
-from ..core.plan_operators import OTHER_STATEFUL, PlanOperator
+from ...core.contract import project_code, user_query
+from ...core.operators import BY_PLAN_NODE
+from ...core.plan_operators import OTHER_STATEFUL, PlanOperator
+from ..spark.remote import is_connect
 from .plan_source import PlanNode, analyzed_plan, calls, column, enclosed, items, named, split_top, unwrapped
 from .processor_state import PLAN_NODE, declared_variables
-from .remote import is_connect
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import DataFrame, SparkSession
 
-    from ..core.settings import Settings
+    from ...core.settings import Settings
 
 
 class QueryRefused(Exception):
@@ -218,7 +218,7 @@ def is_stateful(node: PlanNode) -> bool:
 
 
 def _seconds(duration: str) -> float:
-    from ..core.durations import parse_duration
+    from ...core.durations import parse_duration
 
     return parse_duration(duration, zero=True)  # a watermark delay, or a join's range: either may be zero
 
@@ -412,7 +412,7 @@ def query_result(
     """stateful_query on `events`, and on join_events: read_join_source() where join_source is set, else
     None. A query that fails without join_events and reads them when given some is a SettingsError
     naming join_source (fit_problems holds a join_source the query leaves unread)."""
-    from ..core.settings import SettingsError
+    from ...core.settings import SettingsError
 
     if settings.join_source is not None:
         return _stateful_query(events, settings, read_join_source())
@@ -469,8 +469,8 @@ def planned_operators(spark: SparkSession, settings: Settings) -> list[PlanOpera
 def checked_plan(settings: Settings) -> list[PlanOperator]:
     """The plan's operators, read in a local session of their own (nothing runs), and checked against
     the settings (fit_problems): a SettingsError names what does not fit."""
-    from ..core.settings import SettingsError
-    from .session import tool_session
+    from ...core.settings import SettingsError
+    from ..spark.session import tool_session
 
     with tool_session("query-plan", {}, settings) as spark:
         plan = planned_operators(spark, settings)

@@ -9,22 +9,22 @@ from typing import TextIO
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from ..core.checkpoint.files import CheckpointRead
-from ..core.contract import QUERY_MODULE
-from ..core.plan_operators import PlanOperator, chain, flow_order, unsized
-from ..core.settings import Settings, SettingsError
-from .driver_jvm import jvm_ran_out_of_memory
-from .endpoints.sinks import start_query
-from .endpoints.sources import read_events
-from .heap import OutOfMemory, local_probe, out_of_memory_line, start_warning
-from .merge_key import checked_output
+from ...core.checkpoint.files import CheckpointRead
+from ...core.contract import QUERY_MODULE
+from ...core.plan_operators import PlanOperator, chain, flow_order, unsized
+from ...core.settings import Settings, SettingsError
+from ..endpoints.sinks import start_query
+from ..endpoints.sources import read_events
+from ..guard.merged_output import checked_output, merged_by_line
+from ..guard.real_time_checks import refuse_too_few_slots
+from ..guard.state_fit import check_fit
+from ..plan.query_plan import query_result, read_plan
+from ..spark.driver_jvm import jvm_ran_out_of_memory
+from ..spark.heap import OutOfMemory, local_probe, out_of_memory_line, start_warning
+from ..spark.remote import ServerGone, is_connect, server_gone
+from ..spark.spark_errors import spark_errors
 from .progress import ProgressPrinter, StateWatchdog
 from .python_modules import require_operator_modules
-from .query_plan import query_result, read_plan
-from .real_time_checks import refuse_too_few_slots
-from .remote import ServerGone, is_connect, server_gone
-from .spark_errors import spark_errors
-from .state_fit import check_fit
 from .stopping import StopSignals, stop_on_batch_boundary, terminated
 
 
@@ -101,9 +101,9 @@ def run_query(
     progress_to = sys.stdout if progress_to is None else progress_to  # the standard output of now, not of import time
     remarks_to = monitoring.remarks_to(progress_to)
     result = build_result(spark, settings)
-    merged_by = checked_output(result, settings)  # before anything is written
-    if merged_by:
-        print(f"sink: {merged_by}", file=remarks_to, flush=True)
+    key = checked_output(result, settings)  # before anything is written
+    if key:
+        print(f"sink: {merged_by_line(key, settings.sink.path)}", file=remarks_to, flush=True)
     plan = follow_plan(result, settings, held, remarks_to)
     refuse_too_few_slots(spark, settings, plan, remarks_to, kafka_partitions)
     endless = None if max_batches is not None else settings.endless_run(plan)
@@ -133,7 +133,7 @@ def run_query(
     spark.streams.addListener(printer)
     gone = False  # the Connect server stopped answering: nothing more to ask of it
     try:
-        query = start_query(result, settings.sink, settings.query)
+        query = start_query(result, settings.sink, settings.query, key)
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         with StopSignals() as signals:
             while not terminated(query, False, remarks_to):
@@ -148,7 +148,7 @@ def run_query(
                     stop_on_batch_boundary(
                         spark,
                         query,
-                        lambda: start_query(result, settings.sink, settings.query, one_batch=True),
+                        lambda: start_query(result, settings.sink, settings.query, key, one_batch=True),
                         settings,
                         signals,
                         remarks_to,

@@ -21,7 +21,7 @@ left as it was.
 - The columns of a parquet output it writes on (the guard reads them beside the checkpoint): a reader
   takes one file's columns for all, so a renamed column would read NULL in every earlier row.
 - A Delta table that lacks committed batches which ran without a moved watermark (the guard lets it pass,
-  job/output_check.py): they wrote no row only where the output comes straight from an aggregation.
+  job/guard/output_check.py): they wrote no row only where the output comes straight from an aggregation.
 """
 
 from __future__ import annotations
@@ -36,18 +36,18 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..core import real_time
-from ..core.checkpoint.files import LOCAL, START_OVER, CheckpointRead, CheckpointUnreadable, Files, local_checkpoint
-from ..core.operators import BY_SPARK_NAME
-from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
-from ..core.settings import Settings, SettingsError
-from .merge_key import from_aggregation, output_source
+from ...core import real_time
+from ...core.checkpoint.files import LOCAL, START_OVER, CheckpointRead, CheckpointUnreadable, Files, local_checkpoint
+from ...core.operators import BY_SPARK_NAME
+from ...core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
+from ...core.settings import Settings, SettingsError
+from ..plan.merge_key import from_aggregation, output_source
+from ..plan.plan_source import analyzed_plan, split_top
+from ..plan.query_plan import fit_problems, read_plan, refuse_what_spark_refuses
+from ..spark.session_files import checkpoint_files
 from .output_check import columns, refuse_behind_without_aggregation
-from .plan_source import analyzed_plan, split_top
-from .query_plan import fit_problems, read_plan, refuse_what_spark_refuses
 from .real_time_checks import refuse_python
 from .schema_evolution import StateSchemaRefused, state_schema_drift
-from .session_files import checkpoint_files
 
 RECORD_FOLDER = "state_key"  # the record: one text file per version, each a JSON line Spark wrote
 RECORD_NAME = "state_key.json"  # the record of older templates (a file of one version), still read

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from pyspark.sql.types import StructType
 
-from ..core.checkpoint.files import (
+from ...core.checkpoint.files import (
     START_OVER,
     CheckpointRead,
     CheckpointUnreadable,
@@ -31,7 +31,7 @@ from ..core.checkpoint.files import (
     check_checksums,
     local_checkpoint,
 )
-from ..core.checkpoint.sink_log import (
+from ...core.checkpoint.sink_log import (
     DELTA_LOG,
     LOG_DIR,
     LOG_VERSION,
@@ -41,8 +41,8 @@ from ..core.checkpoint.sink_log import (
     files_gone,
     read_sink_log,
 )
-from ..core.settings import Settings
-from .endpoints.delta import columns, committed_version, gone_files, stream_writers
+from ...core.settings import Settings
+from ..endpoints.delta import columns, committed_version, gone_files, stream_writers
 
 
 def read_output_log(settings: Settings) -> SinkLog | None:

@@ -14,13 +14,13 @@ from typing import TextIO
 import pyspark
 from pyspark.sql import DataFrame, SparkSession
 
-from ..core import real_time
-from ..core.plan_operators import PlanOperator
-from ..core.settings import Settings, SettingsError
-from ..core.sizing.partitions import local_cores
-from .endpoints.kafka import source_partitions
-from .plan_source import analyzed_plan, python_udfs
-from .remote import is_connect
+from ...core import real_time
+from ...core.plan_operators import PlanOperator
+from ...core.settings import Settings, SettingsError
+from ...core.sizing.partitions import local_cores
+from ..endpoints.kafka import source_partitions
+from ..plan.plan_source import analyzed_plan, python_udfs
+from ..spark.remote import is_connect
 
 # What the names of an analyzed plan's nodes that run the user's Python in a worker hold (pandas, Arrow).
 PYTHON_PLAN_MARKERS = ("InPandas", "InArrow", "InPySpark", "Python")

@@ -22,11 +22,11 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from ..core.checkpoint.files import last_committed, local_checkpoint, unfinished_batch
-from ..core.settings import Settings
-from ..core.text import first_line
-from .remote import set_log_level
-from .session_files import checkpoint_files
+from ...core.checkpoint.files import last_committed, local_checkpoint, unfinished_batch
+from ...core.settings import Settings
+from ...core.text import first_line
+from ..spark.remote import set_log_level
+from ..spark.session_files import checkpoint_files
 
 POLL_SECONDS = 0.2
 # What signal.signal installs and returns: a function, SIG_DFL or SIG_IGN, or None (not set from Python).

@@ -96,10 +96,12 @@ def _plan_fit(
     from ..job.guard.state_fit import check_fit
     from ..job.plan.query_plan import CONNECT_UNCHECKED, read_plan, stand_in_result
     from ..job.spark.remote import is_connect
+    from ..job.spark.session_files import checkpoint_reader
 
     result = stand_in_result(spark, settings)
     plan = read_plan(result)
-    _, evolutions = check_fit(result, plan, settings, held, record_key=False)
+    checkpoint = checkpoint_reader(spark, settings.query.checkpoint_location)
+    _, evolutions = check_fit(result, plan, settings, held, checkpoint, record_key=False)
     key = checked_output(result, settings)
     if key:
         print(f"sink: {merged_by_line(key, settings.sink.path)}")

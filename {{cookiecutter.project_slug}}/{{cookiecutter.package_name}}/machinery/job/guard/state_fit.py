@@ -44,7 +44,7 @@ from ...core.settings import Settings, SettingsError
 from ..plan.merge_key import from_aggregation, output_source
 from ..plan.plan_source import analyzed_plan, split_top
 from ..plan.query_plan import fit_problems, read_plan, refuse_what_spark_refuses
-from ..spark.session_files import checkpoint_files
+from ..spark.session_files import CheckpointReader, checkpoint_files
 from .output_check import columns, refuse_behind_without_aggregation
 from .real_time_checks import refuse_python
 from .schema_evolution import StateSchemaRefused, state_schema_drift
@@ -250,12 +250,18 @@ def _damaged(location: str) -> str:
 
 
 def check_state_key(
-    spark: SparkSession, result: DataFrame, checkpoint: str, output_mode: str, record: bool = True
+    spark: SparkSession,
+    result: DataFrame,
+    checkpoint: str,
+    output_mode: str,
+    record: bool = True,
+    files: Files | None = None,
 ) -> str | None:
     """Raise StateKeyChanged when the query's state key differs from the recorded one; with `record`
     (a start, not `check`), record it, with the output mode (which the guard compared before), when none
-    is or either differs. Returns a note for the log when a checkpoint with state had no record."""
-    keys = KeyRecord(spark, checkpoint)
+    is or either differs. Returns a note for the log when a checkpoint with state had no record. `files`:
+    the reader the start chose (None: chosen here)."""
+    keys = KeyRecord(spark, checkpoint, files)
     plan = read_plan(result)
     now, windows = [operator.key_line for operator in plan], [operator.window for operator in plan]
     recorded, recorded_windows = keys.read() or (None, None)
@@ -291,13 +297,19 @@ def _window_change(changed: list[tuple[PlanOperator, str | None]], record: str) 
 
 
 def check_fit(
-    result: DataFrame, plan: Sequence[PlanOperator], settings: Settings, held: CheckpointRead | None, record_key: bool
+    result: DataFrame,
+    plan: Sequence[PlanOperator],
+    settings: Settings,
+    held: CheckpointRead | None,
+    checkpoint: CheckpointReader,
+    record_key: bool,
 ) -> tuple[str | None, list[str]]:
     """Raise, for the first misfit: OperatorsChanged, SettingsError (the query against the settings),
     Spark's AnalysisException (the query against the output mode), OutputLost, StateKeyChanged,
     StateWindowChanged, StateSchemaRefused or OutputColumnsChanged. Return the note of a state key recorded
-    again (with record_key: a start) and the state schema changes Spark accepts."""
-    location = settings.query.checkpoint_location
+    again (with record_key: a start) and the state schema changes Spark accepts. `checkpoint`: the
+    checkpoint at query.checkpoint_location and its reader, chosen once."""
+    location = checkpoint.location
     # The checkpoint's operators first: when the query no longer fits its state, that is the news.
     drift = operators_drift(plan, held, location)
     if drift:
@@ -310,7 +322,9 @@ def check_fit(
     if held is not None and held.table_behind is not None:
         _, source = output_source(analyzed_plan(result))
         refuse_behind_without_aggregation(settings, held, None if from_aggregation(source) else source.kind)
-    note = check_state_key(result.sparkSession, result, location, settings.sink.output_mode, record_key)
+    note = check_state_key(
+        result.sparkSession, result, location, settings.sink.output_mode, record_key, checkpoint.files()
+    )
     refused, accepted = state_schema_drift(result, plan, held, location)
     if refused:
         raise StateSchemaRefused(refused)

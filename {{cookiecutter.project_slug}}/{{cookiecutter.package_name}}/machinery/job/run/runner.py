@@ -22,6 +22,7 @@ from ..plan.query_plan import query_result, read_plan
 from ..spark.driver_jvm import jvm_ran_out_of_memory
 from ..spark.heap import OutOfMemory, local_probe, out_of_memory_line, start_warning
 from ..spark.remote import ServerGone, is_connect, server_gone
+from ..spark.session_files import CheckpointReader, checkpoint_reader
 from ..spark.spark_errors import spark_errors
 from .progress import ProgressPrinter, StateWatchdog
 from .python_modules import require_operator_modules
@@ -35,14 +36,14 @@ def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
 
 
 def follow_plan(
-    result: DataFrame, settings: Settings, held: CheckpointRead | None, remarks_to: TextIO
+    result: DataFrame, settings: Settings, held: CheckpointRead | None, checkpoint: CheckpointReader, remarks_to: TextIO
 ) -> list[PlanOperator]:
     """The stateful operators of the query about to run, checked before it starts against the settings
     and the checkpoint's state (state_fit.py). Where the query module's OPERATOR names another
     operator, the plan wins, said in one line."""
     plan = read_plan(result)
     require_operator_modules(plan)
-    note, evolutions = check_fit(result, plan, settings, held, record_key=True)
+    note, evolutions = check_fit(result, plan, settings, held, checkpoint, record_key=True)
     if note:
         print(f"checkpoint: {note}", file=remarks_to, flush=True)
     for evolution in evolutions:
@@ -89,13 +90,30 @@ def run_query(
     timeout_seconds: float | None = None,
     progress_to: TextIO | None = None,
     held: CheckpointRead | None = None,
-    kafka_partitions: int | None = None,
+) -> StreamingQuery:
+    """run_start for a run that is not a start of `run` (a test, a tool): the checkpoint's reader is chosen
+    here, and a real-time slot check asks Kafka for the source's partitions itself."""
+    checkpoint = checkpoint_reader(spark, settings.query.checkpoint_location)
+    return run_start(spark, settings, checkpoint, held, None, max_batches, timeout_seconds, progress_to)
+
+
+def run_start(
+    spark: SparkSession,
+    settings: Settings,
+    checkpoint: CheckpointReader,
+    held: CheckpointRead | None,
+    kafka_partitions: int | None,
+    max_batches: int | None = None,
+    timeout_seconds: float | None = None,
+    progress_to: TextIO | None = None,
 ) -> StreamingQuery:
     """Run until the query ends, `max_batches` batches are committed, the timeout passes, or the
     process gets SIGTERM or SIGINT; each of the last three stops on a batch boundary (stopping.py).
-    `held`: what the checkpoint's files said when the guard read them, for the plan's checks (state_fit.py);
-    None (a scratch or test run) leaves them the state key record alone to compare with. `kafka_partitions`:
-    the source topics' partitions the start's endpoint check counted, for the real-time slot check.
+    What the start decided is passed on, not found again: `checkpoint`, the checkpoint with the reader that
+    serves its files (the state key record and the stop read through it); `held`, what the checkpoint's files
+    said when the guard read them, for the plan's checks (state_fit.py), None (a scratch or test run) leaving
+    them the state key record alone to compare with; `kafka_partitions`, the source topics' partitions the
+    start's endpoint check counted, for the real-time slot check (None: not counted).
     """
     monitoring = settings.monitoring
     progress_to = sys.stdout if progress_to is None else progress_to  # the standard output of now, not of import time
@@ -104,7 +122,7 @@ def run_query(
     key = checked_output(result, settings)  # before anything is written
     if key:
         print(f"sink: {merged_by_line(key, settings.sink.path)}", file=remarks_to, flush=True)
-    plan = follow_plan(result, settings, held, remarks_to)
+    plan = follow_plan(result, settings, held, checkpoint, remarks_to)
     refuse_too_few_slots(spark, settings, plan, remarks_to, kafka_partitions)
     endless = None if max_batches is not None else settings.endless_run(plan)
     if endless:
@@ -150,6 +168,7 @@ def run_query(
                         query,
                         lambda: start_query(result, settings.sink, settings.query, key, one_batch=True),
                         settings,
+                        checkpoint,
                         signals,
                         remarks_to,
                     )

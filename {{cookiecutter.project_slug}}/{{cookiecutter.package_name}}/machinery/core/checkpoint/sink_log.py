@@ -74,6 +74,7 @@ class TableBehind:
     last: int
     moved: tuple[int, ...]
     append: bool
+    folder: Path  # the table's, on this machine's file system
 
     @property
     def without_rows(self) -> bool:

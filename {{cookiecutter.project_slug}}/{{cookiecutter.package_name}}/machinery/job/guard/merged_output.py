@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from ...core.delta_merge import MergeKey, columns_differ, schema_line
+from ...core.delta_merge import MergeKey, columns_differ
 from ...core.settings import Settings, SettingsError
 from ..endpoints.delta import columns, table_schema
 from ..plan.merge_key import changed_rows_refusal, merge_key
@@ -45,3 +45,11 @@ def table_columns_refusal(settings: Settings, result: DataFrame) -> str | None:
         return None
     table, output = columns(schema), columns(result.schema)
     return schema_line(settings.sink.path, list(table), list(output)) if columns_differ(table, output) else None
+
+
+def schema_line(path: str, table: list[str], output: list[str]) -> str:
+    return (
+        f"sink.path {path} is a Delta table of columns ({', '.join(table)}) but the query's output is"
+        f" ({', '.join(output)}): a MERGE writes each row whole, by name; set sink.path to a new directory, or"
+        " change the table to the output's columns (ALTER TABLE) or the query to the table's. Nothing was started"
+    )

@@ -18,7 +18,6 @@ from ...core import real_time
 from ...core.plan_operators import PlanOperator
 from ...core.settings import Settings, SettingsError
 from ...core.sizing.partitions import local_cores
-from ..endpoints.kafka import source_partitions
 from ..plan.plan_source import analyzed_plan, python_udfs
 from ..spark.remote import is_connect
 
@@ -71,14 +70,14 @@ def refuse_too_few_slots(
     spark: SparkSession,
     settings: Settings,
     plan: Sequence[PlanOperator],
+    kafka_partitions: int | None,
     remarks_to: TextIO | None = None,
-    kafka_partitions: int | None = None,
 ) -> None:
     """A real-time batch holds a task slot for every Kafka partition and every shuffle partition at once:
     with fewer, its tasks wait for each other and no result comes out. First, the Spark that runs the
     query has real-time mode: on Spark Connect the server's release, which the check before the start
     (refuse_before_spark, this process's pyspark) cannot know. `kafka_partitions`: the source topics'
-    partitions where the endpoint check counted them (None: asked here)."""
+    partitions, counted once before (check_kafka_endpoints at a start); None on Spark Connect, which cannot count them."""
     if not settings.query.real_time:
         return
     refuse_before_spark(settings, spark.version)
@@ -88,8 +87,7 @@ def refuse_too_few_slots(
     if is_connect(spark):
         print(f"real-time: {UNCOUNTED_PARTITIONS}", file=remarks_to or sys.stdout, flush=True)
         return
-    if kafka_partitions is None:
-        kafka_partitions = source_partitions(spark, settings)
+    assert kafka_partitions is not None, "a real-time query on Spark Classic has its source's partitions counted"
     problem = real_time.slots_problem(slots, kafka_partitions, settings.spark.shuffle_partitions, len(plan))
     if problem:
         raise SettingsError([problem])

@@ -321,7 +321,7 @@ def check_fit(
     refuse_what_spark_refuses(result, settings)
     if held is not None and held.table_behind is not None:
         _, source = output_source(analyzed_plan(result))
-        refuse_behind_without_aggregation(settings, held, None if from_aggregation(source) else source.kind)
+        refuse_behind_without_aggregation(held, None if from_aggregation(source) else source.kind)
     note = check_state_key(
         result.sparkSession, result, location, settings.sink.output_mode, record_key, checkpoint.files()
     )

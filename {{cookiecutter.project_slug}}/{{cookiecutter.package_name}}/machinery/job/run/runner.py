@@ -13,6 +13,7 @@ from ...core.checkpoint.files import CheckpointRead
 from ...core.contract import QUERY_MODULE
 from ...core.plan_operators import PlanOperator, chain, flow_order, unsized
 from ...core.settings import Settings, SettingsError
+from ..endpoints.kafka import source_partitions
 from ..endpoints.sinks import start_query
 from ..endpoints.sources import read_events
 from ..guard.merged_output import checked_output, merged_by_line
@@ -92,9 +93,11 @@ def run_query(
     held: CheckpointRead | None = None,
 ) -> StreamingQuery:
     """run_start for a run that is not a start of `run` (a test, a tool): the checkpoint's reader is chosen
-    here, and a real-time slot check asks Kafka for the source's partitions itself."""
+    here, and for a real-time query on Spark Classic Kafka is asked for the source topics' partitions."""
     checkpoint = checkpoint_reader(spark, settings.query.checkpoint_location)
-    return run_start(spark, settings, checkpoint, held, None, max_batches, timeout_seconds, progress_to)
+    counted = settings.query.real_time and not is_connect(spark)
+    kafka_partitions = source_partitions(spark, settings) if counted else None
+    return run_start(spark, settings, checkpoint, held, kafka_partitions, max_batches, timeout_seconds, progress_to)
 
 
 def run_start(
@@ -123,7 +126,7 @@ def run_start(
     if key:
         print(f"sink: {merged_by_line(key, settings.sink.path)}", file=remarks_to, flush=True)
     plan = follow_plan(result, settings, held, checkpoint, remarks_to)
-    refuse_too_few_slots(spark, settings, plan, remarks_to, kafka_partitions)
+    refuse_too_few_slots(spark, settings, plan, kafka_partitions, remarks_to)
     endless = None if max_batches is not None else settings.endless_run(plan)
     if endless:
         raise SettingsError([endless])

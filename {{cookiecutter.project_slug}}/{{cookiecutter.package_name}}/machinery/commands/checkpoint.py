@@ -92,8 +92,8 @@ def _plan_fit(
     (state_fit.py), else returns the operators, the state schema changes Spark accepts and what of
     Spark's checks only the start can make (on Spark Connect)."""
     from ..core.plan_operators import chain, flow_order
-    from ..job.guard.merged_output import checked_output, merged_by_line
     from ..job.guard.state_fit import check_fit
+    from ..job.plan.merge_key import checked_output, merged_by_line
     from ..job.plan.query_plan import CONNECT_UNCHECKED, read_plan, stand_in_result
     from ..job.spark.remote import is_connect
     from ..job.spark.session_files import checkpoint_reader

@@ -105,7 +105,7 @@ def _run(
 ) -> int:
     from pyspark.errors import StreamingQueryException
 
-    from ..job.endpoints.kafka import check_kafka_endpoints, require_brokers
+    from ..job.endpoints.kafka import check_kafka_endpoints
     from ..job.guard.schema_evolution import schema_refusal_advice
     from ..job.run.advice import (
         bad_record_advice,
@@ -129,12 +129,11 @@ def _run(
             file=remarks_to,
             flush=True,
         )
+    require_connectors(spark, settings)
+    endpoints = check_kafka_endpoints(spark, settings)  # Kafka asked once: the slot check takes its count
+    for remark in endpoints.remarks:
+        print(f"source: {remark}", file=remarks_to, flush=True)
     try:
-        require_connectors(spark, settings)
-        require_brokers(settings)
-        endpoints = check_kafka_endpoints(spark, settings)
-        for remark in endpoints.remarks:
-            print(f"source: {remark}", file=remarks_to, flush=True)
         run_start(spark, settings, checkpoint, held, endpoints.kafka_partitions, args.max_batches, args.timeout)
     except StreamingQueryException as error:
         # In real time the query's error may be a task's that only says another task failed: that one's too.
@@ -144,7 +143,7 @@ def _run(
             *bad_record_advice(chain, settings),
             *delta_sink_refusal(chain),
             *real_time_slots_advice(chain),
-            *broker_gone_advice(chain, settings),
+            *broker_gone_advice(chain, endpoints),
         ]
         if named:  # a cause the job knows: its one line says where, what and the ways on; the checkpoint is fine
             print(*named, sep="\n", file=sys.stderr)

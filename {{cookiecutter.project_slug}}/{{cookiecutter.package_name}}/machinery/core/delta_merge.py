@@ -123,7 +123,7 @@ def columns_differ(table: Sequence[str], output: Sequence[str]) -> bool:
 
 
 def columns_changed_line(path: str, batch_id: int, table: Sequence[str], output: Sequence[str]) -> str:
-    """A table whose columns another tool changed while the job ran (the start refuses it: guard/merged_output.schema_line)."""
+    """A table whose columns another tool changed while the job ran (the start refuses it: plan/merge_key.table_columns_refusal)."""
     gained = [column for column in table if column not in output]
     lost = [column for column in output if column not in table]
     held = f"holds {', '.join(gained)}, which the query's output lacks" if gained else ""

@@ -1,1 +1,1 @@
-"""The job, in wings that each use only the wings below them and core/: spark, plan, endpoints, guard, run."""
+"""The job, in wings that each use only the wings below them and core/: spark, endpoints, plan, guard, run."""

@@ -112,7 +112,7 @@ class _BatchWriter:
     def refuse_changed_table(self, batch_id: int, table: StructType, files: Iterable[str], batch: DataFrame) -> None:
         """What another tool did to the table while the job ran, refused before the batch writes anything:
         data files gone (a VACUUM that took the files of a batch before its commit), and, in update mode,
-        columns that are not the output's (the start refuses those: merged_output.table_columns_refusal)."""
+        columns that are not the output's (the start refuses those: merge_key.table_columns_refusal)."""
         gone = files_gone(gone_files(files))
         if gone:
             raise DeltaSinkRefused(files_gone_line(self.path, batch_id, gone))

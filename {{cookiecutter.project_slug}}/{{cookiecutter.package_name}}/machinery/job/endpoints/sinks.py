@@ -21,7 +21,7 @@ def start_query(
     result: DataFrame, sink: SinkSettings, query: QuerySettings, key: MergeKey | None, one_batch: bool = False
 ) -> StreamingQuery:
     """Start the query; one_batch runs a single batch and ends (the unfinished batch first, if there is one).
-    `key`: what update mode into Delta MERGEs each batch by (the guard's merged_output.checked_output)."""
+    `key`: what update mode into Delta MERGEs each batch by (merge_key.checked_output, before the start)."""
     records = kafka_records(result, sink.kafka) if sink.type == "kafka" else result
     writer = (
         records.writeStream.queryName(query.name)

@@ -43,10 +43,9 @@ from ...core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_ord
 from ...core.settings import Settings, SettingsError
 from ..plan.merge_key import from_aggregation, output_source
 from ..plan.plan_source import analyzed_plan, split_top
-from ..plan.query_plan import fit_problems, read_plan, refuse_what_spark_refuses
+from ..plan.query_plan import fit_problems, read_plan, refuse_python, refuse_what_spark_refuses
 from ..spark.session_files import CheckpointReader, checkpoint_files
 from .output_check import columns, refuse_behind_without_aggregation
-from .real_time_checks import refuse_python
 from .schema_evolution import StateSchemaRefused, state_schema_drift
 
 RECORD_FOLDER = "state_key"  # the record: one text file per version, each a JSON line Spark wrote

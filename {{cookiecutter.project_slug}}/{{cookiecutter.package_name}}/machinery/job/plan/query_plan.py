@@ -16,12 +16,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...core import real_time
 from ...core.contract import project_code, user_query
 from ...core.operators import BY_PLAN_NODE
 from ...core.plan_operators import OTHER_STATEFUL, PlanOperator
 from ..spark.remote import is_connect
-from .plan_source import PlanNode, analyzed_plan, calls, column, enclosed, items, named, split_top, unwrapped
+from .plan_source import (
+    PlanNode,
+    analyzed_plan,
+    calls,
+    column,
+    enclosed,
+    items,
+    named,
+    python_udfs,
+    split_top,
+    unwrapped,
+)
 from .processor_state import PLAN_NODE, declared_variables
+
+# What the names of an analyzed plan's nodes that run the user's Python in a worker hold (pandas, Arrow).
+PYTHON_PLAN_MARKERS = ("InPandas", "InArrow", "InPySpark", "Python")
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import DataFrame, SparkSession
@@ -187,6 +202,25 @@ CONNECT_UNCHECKED = (
     "sink.output_mode: not checked against the query before the start on Spark Connect, which offers no call"
     " to Spark's checks short of a start (the start makes them, and refuses a query they refuse)"
 )
+
+
+def python_calls(result: DataFrame) -> list[str]:
+    """What of the query runs Python: each Python UDF by name, each pandas or Arrow function by its node."""
+    found = []
+    for node in analyzed_plan(result).walk():
+        if any(marker in node.kind for marker in PYTHON_PLAN_MARKERS):
+            found.append(node.kind)
+        found += [f"the UDF {name}" for name in python_udfs(node.text)]
+    return list(dict.fromkeys(found))
+
+
+def refuse_python(result: DataFrame, settings: Settings) -> None:
+    """Spark's refusal of Python in a real-time query, before the start (core/real_time.py says it)."""
+    from ...core.settings import SettingsError
+
+    problem = real_time.python_udf_problem(python_calls(result)) if settings.query.real_time else None
+    if problem:
+        raise SettingsError([problem])
 
 
 def refuse_what_spark_refuses(result: DataFrame, settings: Settings) -> None:

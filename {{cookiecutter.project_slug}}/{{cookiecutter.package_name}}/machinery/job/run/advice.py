@@ -12,7 +12,7 @@ from ...core import real_time
 from ...core.checkpoint.files import RESTORE_OR_RESTART, empty_state_files
 from ...core.delta_merge import DELTA_SINK_REFUSED
 from ...core.settings import Settings, nearest_existing_folder
-from ..endpoints.kafka import KAFKA_ERROR, unanswered_endpoints
+from ..endpoints.kafka import KAFKA_ERROR, EndpointsChecked
 from ..endpoints.sources import BAD_RECORD_ERROR
 from ..guard.state_checks import local_checksum_failures
 
@@ -128,14 +128,14 @@ def bad_record_advice(message: str, settings: Settings) -> list[str]:
     ]
 
 
-def broker_gone_advice(message: str, settings: Settings) -> list[str]:
+def broker_gone_advice(message: str, endpoints: EndpointsChecked) -> list[str]:
     """Kafka's client gave up on a broker that stopped answering while the job ran (Spark's Kafka source
     tries 3 times, each within Kafka's 60 s API timeout, so some 3 minutes): where, and the way on."""
     found = KAFKA_ERROR.search(message)
     if found is None or found[1] != "TimeoutException":
         return []
     said = re.sub(r"( SQLSTATE: \w+)+$", "", found[2].strip())
-    silent = unanswered_endpoints(settings)
+    silent = endpoints.unanswered()
     now = f"no broker answers at {' nor at '.join(silent)} now" if silent else "a broker answers there again"
     return [
         f"kafka: the Kafka client gave up on the broker while the job ran (TimeoutException: {said}); {now}. The"

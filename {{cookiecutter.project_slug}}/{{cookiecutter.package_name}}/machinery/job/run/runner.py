@@ -16,9 +16,9 @@ from ...core.settings import Settings, SettingsError
 from ..endpoints.kafka import source_partitions
 from ..endpoints.sinks import start_query
 from ..endpoints.sources import read_events
-from ..guard.merged_output import checked_output, merged_by_line
 from ..guard.real_time_checks import refuse_too_few_slots
 from ..guard.state_fit import check_fit
+from ..plan.merge_key import checked_output, merged_by_line
 from ..plan.query_plan import query_result, read_plan
 from ..spark.driver_jvm import jvm_ran_out_of_memory
 from ..spark.heap import OutOfMemory, local_probe, out_of_memory_line, start_warning

@@ -16,7 +16,7 @@ left as it was.
   length, Spark would go on adding to the windows of the old length beside the new ones, and the
   output would hold overlapping windows, one key's events split between them.
 - The output mode the state's results are written in (sink.output_mode), recorded beside them too: Spark
-  records none, and the guard (guard.output_mode_drifts) compares it before a start.
+  records none, and the guard (guard/checkpoint.output_mode_drifts) compares it before a start.
 - custom_state's state schemas (schema_evolution.py).
 - The columns of a parquet output it writes on (the guard reads them beside the checkpoint): a reader
   takes one file's columns for all, so a renamed column would read NULL in every earlier row.

@@ -95,7 +95,7 @@ def run_query(
     """run_start for a run that is not a start of `run` (a test, a tool): the checkpoint's reader is chosen
     here, and for a real-time query on Spark Classic Kafka is asked for the source topics' partitions."""
     checkpoint = checkpoint_reader(spark, settings.query.checkpoint_location)
-    counted = settings.query.real_time and not is_connect(spark)
+    counted = settings.query.real_time and settings.source.type == "kafka" and not is_connect(spark)
     kafka_partitions = source_partitions(spark, settings) if counted else None
     return run_start(spark, settings, checkpoint, held, kafka_partitions, max_batches, timeout_seconds, progress_to)
 

@@ -1,4 +1,4 @@
-"""`run`: the streaming job itself (what main.py does), and the advice printed when it fails."""
+"""`run`: the streaming job itself (what main.py does), and the lines printed when it fails (job/run/advice.py)."""
 
 from __future__ import annotations
 

@@ -77,6 +77,23 @@ def _jaas_quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
+def kafka_options(kafka: KafkaSourceSettings, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The Kafka source options the settings build; secrets come from the environment variables named."""
+    options = {"startingOffsets": kafka.starting_offsets, "failOnDataLoss": str(kafka.fail_on_data_loss).lower()}
+    if kafka.topic is not None:
+        options["subscribe"] = kafka.topic
+    else:
+        options["subscribePattern"] = str(kafka.topic_pattern)
+    if kafka.max_offsets_per_trigger is not None:
+        options["maxOffsetsPerTrigger"] = str(kafka.max_offsets_per_trigger)
+    return {**options, **connection_options(kafka, environ)}
+
+
+def kafka_sink_options(kafka: KafkaSinkSettings, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The Kafka sink options the settings build; secrets come from the environment variables named."""
+    return {**connection_options(kafka, environ), "topic": kafka.topic}
+
+
 @dataclass
 class EndpointsChecked:
     """What the checks found: the endpoints checked (each one's bootstrap_servers by its setting), remarks to

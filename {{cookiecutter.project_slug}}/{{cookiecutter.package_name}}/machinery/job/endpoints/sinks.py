@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -14,7 +11,7 @@ from ...core.delta_merge import MergeKey
 from ...core.durations import AVAILABLE_NOW
 from ...core.settings import KafkaSinkSettings, QuerySettings, SettingsError, SinkSettings
 from .delta import DeltaLakeBatchWriter, DeltaSparkMergeWriter
-from .kafka import connection_options
+from .kafka import kafka_sink_options
 
 
 def start_query(
@@ -51,11 +48,6 @@ def start_query(
 # Timestamps to the microsecond, as Spark holds them (to_json's default format cuts them to milliseconds, and
 # two results a few microseconds apart would share a key).
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
-
-
-def kafka_sink_options(kafka: KafkaSinkSettings, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The Kafka sink options the settings build; secrets come from the environment variables named."""
-    return {**connection_options(kafka, environ), "topic": kafka.topic}
 
 
 def kafka_records(result: DataFrame, kafka: KafkaSinkSettings) -> DataFrame:

@@ -146,7 +146,7 @@ def session(project: Path, confs: dict[str, str]):
     os.chdir(project)
     sys.path.insert(0, str(project))
     from stream_job.machinery.core.settings import load_settings
-    from stream_job.machinery.job.session import build_session
+    from stream_job.machinery.job.spark.session import build_session
 
     settings = load_settings(project / "settings.yaml")
     assert settings.sink.delta_writer == "delta-spark"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from stream_job.machinery.core.settings import Settings, load_settings
 from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS, write_for_settings
-from stream_job.machinery.job.runner import run_query
-from stream_job.machinery.job.session import apply_confs, local_session
+from stream_job.machinery.job.run.runner import run_query
+from stream_job.machinery.job.spark.session import apply_confs, local_session
 from stream_job.machinery.operations.calibration import state_lifetime_seconds, trial_settings
 
 TIMESTAMP = LONG = 8

@@ -48,7 +48,7 @@ def delta_coordinate() -> str:
 
 def main() -> None:
     started = time.monotonic()
-    kafka = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{machinery_module('job.connectors').kafka_connector_version(pyspark.__version__)}"
+    kafka = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{machinery_module('job.spark.connectors').kafka_connector_version(pyspark.__version__)}"
     coordinates = [delta_coordinate(), kafka]
     spark = (
         SparkSession.builder.master("local[1]")

@@ -3,7 +3,9 @@
 Read from the template's machinery (byte for byte what every bake gets), as text: every import,
 those inside functions and under TYPE_CHECKING included, since an import that moved into a function
 to dodge a circle is still a circle. The layers are the folders, lowest first: core (no Spark),
-job, operations, then the command handlers and the testing surface on top.
+job, operations, then the command handlers and the testing surface on top. Inside job/ the wings
+stand the same way: reaching Spark lowest, then the endpoints, reading the query, the guard, and
+running on top.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ MACHINERY = (
     / "machinery"
 )
 LAYERS = {"core": 0, "job": 1, "operations": 2, "commands": 3, "testing": 3}
+JOB_WINGS = {"spark": 0, "endpoints": 1, "plan": 2, "guard": 3, "run": 4}
 SPARK = ("pyspark", "py4j", "delta")
 
 
@@ -59,6 +62,12 @@ def layer(module: str) -> int | None:
     return LAYERS.get(module.split(".")[0])
 
 
+def wing(module: str) -> str | None:
+    """The wing of job/ a module is in (None outside job/, and for job/'s own __init__)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "job" and len(parts) > 1 else None
+
+
 def edges() -> dict[str, set[str]]:
     return {module: {name for name, _ in imports(module) if name in MODULES and name != module} for module in MODULES}
 
@@ -73,6 +82,22 @@ def test_imports_only_look_down(module):
         f"{module} imports {name} (line {line}), a higher layer"
         for name, line in imports(module)
         if name in MODULES and name and layer(name) is not None and layer(name) > layer(module)
+    ]
+    assert upward == []
+
+
+def test_every_module_of_job_is_in_a_wing():
+    assert [module for module in MODULES if module.startswith("job.") and wing(module) not in JOB_WINGS] == []
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if wing(m) is not None))
+def test_wings_only_look_down(module):
+    """A wing of job/ imports its own modules and those of the wings below it, never one above."""
+    own = wing(module)
+    upward = [
+        f"{module} imports {name} (line {line}), of the wing {wing(name)}, above {own}"
+        for name, line in imports(module)
+        if wing(name) in JOB_WINGS and JOB_WINGS[wing(name)] > JOB_WINGS[own]
     ]
     assert upward == []
 

@@ -83,7 +83,7 @@ BAKES = [
     pytest.param({}, "connect", marks=OTHER_BAKES, id="windowed_aggregation:connect"),
     # Spark's real-time mode, on pyspark 4.3.0 (tests/real_time_spark.py), the bake as generated: its Kafka
     # connector the proven 4.2.0, which the project takes by itself where Maven does not serve 4.3.0 (the
-    # mirror here does not; job/connectors.py PROVEN_KAFKA_CONNECTORS). After the default bake's two runs, on
+    # mirror here does not; job/spark/connectors.py PROVEN_KAFKA_CONNECTORS). After the default bake's two runs, on
     # their worker: the other bakes' worker is the longer one (about 2 minutes).
     pytest.param(
         {"source": "kafka", "sink": "kafka", "real_time": True},

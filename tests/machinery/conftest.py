@@ -29,11 +29,11 @@ from stream_job.machinery import commands
 from stream_job.machinery.core.contract import user_query
 from stream_job.machinery.core.durations import parse_duration
 from stream_job.machinery.core.settings import ENV_PREFIX, Settings, load_settings
-from stream_job.machinery.job.connector_jars import JARS_FOLDER
-from stream_job.machinery.job.connectors import kafka_fallback, resolution_confs
-from stream_job.machinery.job.driver_jvm import launch_driver_jvm
 from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS, write_sample_files
-from stream_job.machinery.job.session import log_dir, start_confs
+from stream_job.machinery.job.spark.connector_jars import JARS_FOLDER
+from stream_job.machinery.job.spark.connectors import kafka_fallback, resolution_confs
+from stream_job.machinery.job.spark.driver_jvm import launch_driver_jvm
+from stream_job.machinery.job.spark.session import log_dir, start_confs
 from stream_job.machinery.operations import local_kafka
 from stream_job.machinery.testing import run_batch
 from stream_job.query import EVENT_SCHEMA, OPERATOR

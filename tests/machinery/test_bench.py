@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from stream_job.machinery.job.runner import UNTRACKED_ROWS
+from stream_job.machinery.job.run.runner import UNTRACKED_ROWS
 
 from .conftest import BAKED_OPERATOR, run_cli
 

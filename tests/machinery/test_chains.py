@@ -26,9 +26,9 @@ from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.plan_operators import flow_order
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS, write_sample_files
-from stream_job.machinery.job.query_plan import read_plan
-from stream_job.machinery.job.runner import build_result, run_query
-from stream_job.machinery.job.session import apply_confs
+from stream_job.machinery.job.plan.query_plan import read_plan
+from stream_job.machinery.job.run.runner import build_result, run_query
+from stream_job.machinery.job.spark.session import apply_confs
 from stream_job.machinery.testing import run_batch
 
 from .conftest import (

@@ -25,9 +25,15 @@ from pathlib import Path
 
 import pytest
 from stream_job.machinery.core.settings import load_settings
-from stream_job.machinery.job.connector_jars import DEFAULT_IVY_HOME, JAR_LIST, JARS_FOLDER, LOCK_FILE, resolved_jars
-from stream_job.machinery.job.connectors import resolution_confs
-from stream_job.machinery.job.session import log_dir
+from stream_job.machinery.job.spark.connector_jars import (
+    DEFAULT_IVY_HOME,
+    JAR_LIST,
+    JARS_FOLDER,
+    LOCK_FILE,
+    resolved_jars,
+)
+from stream_job.machinery.job.spark.connectors import resolution_confs
+from stream_job.machinery.job.spark.session import log_dir
 
 from .conftest import PROJECT_DIR, clean_env, kafka_job, project_copy, write_settings_file
 

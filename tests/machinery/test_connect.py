@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.operators import STARTERS
 from stream_job.machinery.job.endpoints.output import read_output
-from stream_job.machinery.job.query_plan import CONNECT_UNCHECKED
+from stream_job.machinery.job.plan.query_plan import CONNECT_UNCHECKED
 
 from .conftest import (
     BAKED_OPERATOR,
@@ -73,7 +73,7 @@ class ConnectServer:
             **clean_env(),
             "PATH": f"{bin_folder}{os.pathsep}{os.environ['PATH']}",  # spark-submit finds its Spark through it
             # The Python of its workers and foreachBatch: the project's libraries, not the project, whose code
-            # travels with the query (job/remote.py).
+            # travels with the query (job/spark/remote.py).
             "PYSPARK_PYTHON": sys.executable,
         }
         command = [str(bin_folder / "spark-submit"), "--class", SERVER_CLASS, "--master", "local[2]"]

@@ -19,8 +19,8 @@ import pyspark
 import pytest
 import yaml
 from stream_job.machinery.core.settings import load_settings
-from stream_job.machinery.job.connector_jars import JARS_FOLDER, LOCK_FILE, resolution_key
-from stream_job.machinery.job.connectors import (
+from stream_job.machinery.job.spark.connector_jars import JARS_FOLDER, LOCK_FILE, resolution_key
+from stream_job.machinery.job.spark.connectors import (
     DELTA_EXTENSION,
     PROVEN_KAFKA_CONNECTORS,
     Connector,
@@ -32,7 +32,7 @@ from stream_job.machinery.job.connectors import (
     required_connectors,
     resolution_confs,
 )
-from stream_job.machinery.job.session import static_confs
+from stream_job.machinery.job.spark.session import static_confs
 
 from .conftest import KAFKA_SOURCE, PROJECT_DIR, clean_env, run_python
 

@@ -20,8 +20,8 @@ from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.endpoints.output import read_output
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
-from stream_job.machinery.job.runner import run_query
-from stream_job.machinery.job.session import apply_confs
+from stream_job.machinery.job.run.runner import run_query
+from stream_job.machinery.job.spark.session import apply_confs
 
 from .conftest import batch_expectation, digest, files_job, run_main, write_settings_file
 

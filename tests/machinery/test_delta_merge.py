@@ -28,8 +28,8 @@ from stream_job.machinery.core.settings import SettingsError, load_settings
 from stream_job.machinery.job.endpoints import sinks
 from stream_job.machinery.job.endpoints.delta import TXN_APP_ID, DeltaLakeBatchWriter
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
-from stream_job.machinery.job.merge_key import FROM_PLAN, FROM_SETTINGS, merge_key
-from stream_job.machinery.job.state_fit import KeyRecord
+from stream_job.machinery.job.guard.state_fit import KeyRecord
+from stream_job.machinery.job.plan.merge_key import FROM_PLAN, FROM_SETTINGS, merge_key
 from stream_job.machinery.testing import run_batch
 
 from .conftest import (
@@ -201,7 +201,7 @@ def test_killed_between_the_tables_commit_and_sparks_the_table_holds_each_keys_r
 
 
 def merge_key_of(spark, settings) -> MergeKey:
-    from stream_job.machinery.job.runner import build_result
+    from stream_job.machinery.job.run.runner import build_result
 
     return merge_key(build_result(spark, settings), settings.sink)
 
@@ -506,7 +506,7 @@ def test_a_step_after_the_count_that_drops_or_changes_rows_is_refused_in_update_
         assert run_cli("check", "--settings", str(into_delta)).returncode == 0
 
 
-# What a switch of sink.output_mode does to the windows a checkpoint holds open (job/guard.py's lines).
+# What a switch of sink.output_mode does to the windows a checkpoint holds open (job/guard/checkpoint.py's lines).
 SWITCHED_TO = {
     "update": "its state holds results not written yet (windows still open), which append mode writes once final;"
     " update mode writes a result only in a batch that changes it, so those the watermark closes without a new"

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.job.endpoints.output import read_output
-from stream_job.machinery.job.runner import run_query
-from stream_job.machinery.job.session import apply_confs
+from stream_job.machinery.job.run.runner import run_query
+from stream_job.machinery.job.spark.session import apply_confs
 
 from .conftest import (
     ANY_PROVIDER,

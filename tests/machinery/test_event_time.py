@@ -23,11 +23,11 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
-from stream_job.machinery.commands.run import bad_record_advice
 from stream_job.machinery.core.settings import SettingsError, load_settings
 from stream_job.machinery.job.endpoints.output import read_output
 from stream_job.machinery.job.endpoints.sources import events_from_json, without_bad_records
-from stream_job.machinery.job.progress import StateWatchdog, format_progress
+from stream_job.machinery.job.run.advice import bad_record_advice
+from stream_job.machinery.job.run.progress import StateWatchdog, format_progress
 from stream_job.machinery.operations import local_kafka
 from stream_job.query import EVENT_SCHEMA
 

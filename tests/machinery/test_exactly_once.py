@@ -144,7 +144,7 @@ CASES = [
 # what it reads is copied to parquet for the shared session to compare.
 READ_WITH_SPARK = """
 import sys
-from stream_job.machinery.job.session import build_session
+from stream_job.machinery.job.spark.session import build_session
 from stream_job.machinery.core.settings import load_settings
 settings = load_settings(sys.argv[1])
 spark = build_session(settings)

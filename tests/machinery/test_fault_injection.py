@@ -21,7 +21,7 @@ from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.checkpoint.files import source_offsets
 from stream_job.machinery.core.checkpoint.run_lock import holder
 from stream_job.machinery.job.endpoints.output import read_output
-from stream_job.machinery.job.stopping import StopSignals
+from stream_job.machinery.job.run.stopping import StopSignals
 
 from .conftest import (
     ANY_PROVIDER,

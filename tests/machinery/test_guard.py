@@ -12,10 +12,10 @@ import pytest
 from stream_job.machinery.core.checkpoint.files import LOCAL
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
-from stream_job.machinery.job.guard import changelog_notes, check_checkpoint
-from stream_job.machinery.job.runner import run_query
-from stream_job.machinery.job.session import apply_confs
-from stream_job.machinery.job.session_files import SessionFiles, checkpoint_files
+from stream_job.machinery.job.guard.checkpoint import changelog_notes, check_checkpoint
+from stream_job.machinery.job.run.runner import run_query
+from stream_job.machinery.job.spark.session import apply_confs
+from stream_job.machinery.job.spark.session_files import SessionFiles, checkpoint_files
 from stream_job.machinery.operations.inspection import checkpoint_facts, inspect_checkpoint
 
 from .conftest import (

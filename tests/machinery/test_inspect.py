@@ -12,8 +12,8 @@ import pytest
 from stream_job.machinery.core.durations import parse_duration
 from stream_job.machinery.core.operators import OPERATORS
 from stream_job.machinery.core.settings import Settings, load_settings
-from stream_job.machinery.job.runner import run_query
-from stream_job.machinery.job.session import apply_confs
+from stream_job.machinery.job.run.runner import run_query
+from stream_job.machinery.job.spark.session import apply_confs
 from stream_job.machinery.operations.change_counts import count_changes
 from stream_job.machinery.operations.change_feed import NO_CHANGE_FILES, TIMERS_WITHOUT_FEED
 from stream_job.machinery.operations.inspection import (

@@ -21,9 +21,9 @@ from stream_job.machinery.core.confs import INTEGRITY_CONFS
 from stream_job.machinery.core.settings import SettingsError, load_settings
 from stream_job.machinery.job.endpoints.output import read_output
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
-from stream_job.machinery.job.guard import check_checkpoint
-from stream_job.machinery.job.session import spark_confs
-from stream_job.machinery.job.state_checks import snapshot_version
+from stream_job.machinery.job.guard.checkpoint import check_checkpoint
+from stream_job.machinery.job.guard.state_checks import snapshot_version
+from stream_job.machinery.job.spark.session import spark_confs
 
 from .conftest import (
     batch_expectation,

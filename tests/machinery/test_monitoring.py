@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS
-from stream_job.machinery.job.progress import format_progress
-from stream_job.machinery.job.runner import run_query
-from stream_job.machinery.job.session import apply_confs
+from stream_job.machinery.job.run.progress import format_progress
+from stream_job.machinery.job.run.runner import run_query
+from stream_job.machinery.job.spark.session import apply_confs
 
 from .conftest import (
     PROJECT_DIR,
@@ -225,7 +225,7 @@ def test_a_heap_too_small_for_the_state_is_warned_and_its_out_of_memory_ends_in_
 CALL_RESET_MID_ANSWER = """
 import socket, struct, threading
 from py4j.java_gateway import GatewayClient, GatewayParameters
-from stream_job.machinery.job.session import quiet_py4j_threads
+from stream_job.machinery.job.spark.session import quiet_py4j_threads
 
 if QUIET:
     quiet_py4j_threads()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.job.endpoints.output import read_output
-from stream_job.machinery.job.runner import run_query
-from stream_job.machinery.job.session import apply_confs
+from stream_job.machinery.job.run.runner import run_query
+from stream_job.machinery.job.spark.session import apply_confs
 from stream_job.query import EVENT_SCHEMA
 
 from .conftest import BAKED_OPERATOR, deep_merge, operator_changes

@@ -21,8 +21,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 from stream_job.machinery.core.checkpoint.files import CheckpointRead, ColumnFamily
 from stream_job.machinery.core.plan_operators import PlanOperator
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
-from stream_job.machinery.job.processor_state import PLAN_NODE, StateVariable
-from stream_job.machinery.job.schema_evolution import schema_changes, with_ttl
+from stream_job.machinery.job.guard.schema_evolution import schema_changes, with_ttl
+from stream_job.machinery.job.plan.processor_state import PLAN_NODE, StateVariable
 
 from .conftest import BAKED_OPERATOR, committed_batches, files_job, project_copy, run_python, write_settings_file
 

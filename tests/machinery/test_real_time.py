@@ -26,7 +26,7 @@ from pathlib import Path
 import pyspark
 import pytest
 from stream_job.machinery.core import real_time
-from stream_job.machinery.job.connectors import PROVEN_KAFKA_CONNECTORS, spark_minor
+from stream_job.machinery.job.spark.connectors import PROVEN_KAFKA_CONNECTORS, spark_minor
 from stream_job.machinery.operations import local_kafka
 
 from .conftest import (

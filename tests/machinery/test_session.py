@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from stream_job.machinery.job.session import apply_confs, spark_confs
+from stream_job.machinery.job.spark.session import apply_confs, spark_confs
 
 from tests.conftest import FAST_START_JVM
 

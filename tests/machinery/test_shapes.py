@@ -23,7 +23,7 @@ from stream_job.machinery.core.contract import user_query
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.endpoints.output import read_output
 from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS
-from stream_job.machinery.job.query_plan import checked_plan
+from stream_job.machinery.job.plan.query_plan import checked_plan
 from stream_job.machinery.operations.inspection import operator_names
 
 from .conftest import (

@@ -12,8 +12,8 @@ import pytest
 from pyspark.sql import functions as F
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.endpoints.sources import read_events
-from stream_job.machinery.job.runner import run_query
-from stream_job.machinery.job.session import apply_confs
+from stream_job.machinery.job.run.runner import run_query
+from stream_job.machinery.job.spark.session import apply_confs
 
 from .conftest import write_settings_file
 

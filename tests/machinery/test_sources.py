@@ -10,12 +10,8 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.settings import load_settings
-from stream_job.machinery.job.endpoints.sources import (
-    events_from_json,
-    files_options,
-    kafka_options,
-    without_bad_records,
-)
+from stream_job.machinery.job.endpoints.kafka import kafka_options
+from stream_job.machinery.job.endpoints.sources import events_from_json, files_options, without_bad_records
 from stream_job.query import EVENT_SCHEMA
 
 SASL = {

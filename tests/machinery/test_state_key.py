@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from stream_job.machinery.core.checkpoint.files import CheckpointUnreadable
 from stream_job.machinery.core.settings import load_settings
-from stream_job.machinery.job.runner import build_result, run_query
-from stream_job.machinery.job.session import apply_confs
-from stream_job.machinery.job.session_files import SessionFiles
-from stream_job.machinery.job.state_fit import KeyRecord, StateKeyChanged, check_state_key, state_keys
+from stream_job.machinery.job.guard.state_fit import KeyRecord, StateKeyChanged, check_state_key, state_keys
+from stream_job.machinery.job.run.runner import build_result, run_query
+from stream_job.machinery.job.spark.session import apply_confs
+from stream_job.machinery.job.spark.session_files import SessionFiles
 
 from .conftest import BAKED_OPERATOR, digest, edited_query, files_job, run_main, write_settings_file
 

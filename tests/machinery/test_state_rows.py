@@ -20,9 +20,9 @@ import statistics
 import pytest
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.endpoints.sample_input import UNIQUE_KEYS
-from stream_job.machinery.job.query_plan import checked_plan
-from stream_job.machinery.job.runner import run_query
-from stream_job.machinery.job.session import apply_confs
+from stream_job.machinery.job.plan.query_plan import checked_plan
+from stream_job.machinery.job.run.runner import run_query
+from stream_job.machinery.job.spark.session import apply_confs
 
 from .conftest import BAKED_OPERATOR, edited_query, secondary_among, write_settings_file
 

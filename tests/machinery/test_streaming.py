@@ -20,8 +20,8 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.confs import PROVIDER_CLASSES
 from stream_job.machinery.job.endpoints.output import read_output
-from stream_job.machinery.job.runner import run_query
-from stream_job.machinery.job.session import apply_confs
+from stream_job.machinery.job.run.runner import run_query
+from stream_job.machinery.job.spark.session import apply_confs
 from stream_job.query import EVENT_SCHEMA
 
 from .conftest import (

@@ -31,8 +31,8 @@ from .core.durations import parse_duration
 from .core.settings import QuerySettings, Settings, load_settings
 from .job.endpoints.output import read_output
 from .job.endpoints.sample_input import write_for_settings
-from .job.runner import run_query
-from .job.session import apply_confs
+from .job.run.runner import run_query
+from .job.spark.session import apply_confs
 
 # The project's settings.yaml: beside the package, where the tests run.
 PROJECT_SETTINGS = Path(__file__).resolve().parents[2] / "settings.yaml"

@@ -23,18 +23,18 @@ from ..core.checkpoint.run_lock import CheckpointBusy
 from ..core.contract import PACKAGE, QUERY_MODULE, ContractError, QueryCodeError
 from ..core.settings import SettingsError
 from ..core.text import first_line
-from ..job.connectors import ConnectorError
-from ..job.driver_jvm import JvmStartError
 from ..job.endpoints.delta import MissingPackageError
 from ..job.endpoints.kafka import KafkaEndpointError
-from ..job.heap import OutOfMemory
-from ..job.java import JavaError
-from ..job.output_check import OutputLost
-from ..job.query_plan import QueryRefused
-from ..job.remote import ClientMissing, ServerGone, ServerUnreachable
-from ..job.schema_evolution import StateSchemaRefused
-from ..job.session_files import CheckpointOnServer
-from ..job.state_fit import OperatorsChanged, OutputColumnsChanged, StateKeyChanged, StateWindowChanged
+from ..job.guard.output_check import OutputLost
+from ..job.guard.schema_evolution import StateSchemaRefused
+from ..job.guard.state_fit import OperatorsChanged, OutputColumnsChanged, StateKeyChanged, StateWindowChanged
+from ..job.plan.query_plan import QueryRefused
+from ..job.spark.connectors import ConnectorError
+from ..job.spark.driver_jvm import JvmStartError
+from ..job.spark.heap import OutOfMemory
+from ..job.spark.java import JavaError
+from ..job.spark.remote import ClientMissing, ServerGone, ServerUnreachable
+from ..job.spark.session_files import CheckpointOnServer
 from ..operations.inspection import InspectError
 from ..operations.repartition import RepartitionRefused
 from ..operations.savepoint import SavepointMismatch, SavepointRefused

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..core.settings import load_settings
-from ..job.query_plan import checked_plan
+from ..job.plan.query_plan import checked_plan
 from .arguments import EXIT_BAD_INPUT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
 
 

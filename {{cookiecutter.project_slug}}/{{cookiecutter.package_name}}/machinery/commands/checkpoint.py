@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..core.checkpoint.files import LOCAL, CheckpointRead
 from ..core.settings import DEFAULT_SETTINGS_FILE, Settings, connect_url, load_settings
-from ..job.guard import check_checkpoint
+from ..job.guard.checkpoint import check_checkpoint
 from .arguments import EXIT_CHECKPOINT_DRIFT, add_settings_argument, non_negative_int
 from .run import guard_passes
 
@@ -57,8 +57,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
-    from ..job.session import tool_session  # Spark is imported only when a command needs it
-    from ..job.session_files import checkpoint_files
+    from ..job.spark.session import tool_session  # Spark is imported only when a command needs it
+    from ..job.spark.session_files import checkpoint_files
 
     with ExitStack() as stack:
         # On Spark Connect the session comes first (no JVM here), to read a checkpoint on the server's disk; a
@@ -92,17 +92,19 @@ def _plan_fit(
     (state_fit.py), else returns the operators, the state schema changes Spark accepts and what of
     Spark's checks only the start can make (on Spark Connect)."""
     from ..core.plan_operators import chain, flow_order
-    from ..job.merge_key import checked_output
-    from ..job.query_plan import CONNECT_UNCHECKED, read_plan, stand_in_result
-    from ..job.remote import is_connect
-    from ..job.state_fit import check_fit
+    from ..job.guard.state_fit import check_fit
+    from ..job.plan.merge_key import checked_output, merged_by_line
+    from ..job.plan.query_plan import CONNECT_UNCHECKED, read_plan, stand_in_result
+    from ..job.spark.remote import is_connect
+    from ..job.spark.session_files import checkpoint_reader
 
     result = stand_in_result(spark, settings)
     plan = read_plan(result)
-    _, evolutions = check_fit(result, plan, settings, held, record_key=False)
-    merged_by = checked_output(result, settings)
-    if merged_by:
-        print(f"sink: {merged_by}")
+    checkpoint = checkpoint_reader(spark, settings.query.checkpoint_location)
+    _, evolutions = check_fit(result, plan, settings, held, checkpoint, record_key=False)
+    key = checked_output(result, settings)
+    if key:
+        print(f"sink: {merged_by_line(key, settings.sink.path)}")
     unchecked = CONNECT_UNCHECKED if is_connect(spark) else None
     return chain([operator.kind for operator in flow_order(plan)]), evolutions, unchecked
 
@@ -116,9 +118,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     remote = connect_url(settings.spark.remote if settings else None)
     # What can be checked before Spark starts (on Spark Connect, through the session: the server's disk).
     facts = None if remote else checkpoint_facts(location, args.batch_id)
-    from ..job.query_plan import planned_operators
-    from ..job.session import secret_confs, tool_session
-    from ..job.session_files import checkpoint_files
+    from ..job.plan.query_plan import planned_operators
+    from ..job.spark.session import secret_confs, tool_session
+    from ..job.spark.session_files import checkpoint_files
 
     # The user's own confs may carry what a cloud checkpoint needs (credentials, file systems).
     confs = {} if settings is None else {key: str(value) for key, value in settings.spark.conf.items()}
@@ -141,7 +143,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def _inspect_key(spark, location: str, facts: tuple[int | None, str], args: argparse.Namespace) -> int:
     """inspect --key, or --changes: the reads of the state over the kept batches."""
     from ..core.checkpoint.files import RESTORE_OR_RESTART, CheckpointUnreadable
-    from ..job.spark_errors import spark_errors
+    from ..job.spark.spark_errors import spark_errors
     from ..operations import change_counts, key_lookup
     from ..operations.inspection import state_metadata
     from ..operations.state_reader import spark_message

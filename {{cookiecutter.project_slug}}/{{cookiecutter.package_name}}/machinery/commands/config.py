@@ -7,7 +7,7 @@ import argparse
 import shlex
 
 from ..core.settings import load_settings
-from ..job.connectors import kafka_fallback, packages, resolution_confs, submit_arguments
+from ..job.spark.connectors import kafka_fallback, packages, resolution_confs, submit_arguments
 from .arguments import add_settings_argument
 
 
@@ -48,8 +48,8 @@ def cmd_packages(args: argparse.Namespace) -> int:
     if not args.submit_args:
         print(packages(settings))
         return 0
-    from ..job.connector_jars import resolved_jars
-    from ..job.session import log_dir
+    from ..job.spark.connector_jars import resolved_jars
+    from ..job.spark.session import log_dir
 
     resolution = resolution_confs(settings)
     jars = resolved_jars(resolution, log_dir(), kafka_fallback(settings)) if resolution else []

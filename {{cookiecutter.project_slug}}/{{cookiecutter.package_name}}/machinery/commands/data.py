@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..core.checkpoint.files import local_checkpoint, read_checkpoint
 from ..core.settings import load_settings
-from ..job.output_check import lost_output, with_output
+from ..job.guard.output_check import lost_output, with_output
 from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_QUERY_FAILED, add_settings_argument, positive_int
 
 
@@ -73,8 +73,8 @@ def cmd_show_output(args: argparse.Namespace) -> int:
         print(f"no output yet at {settings.sink.path}; run the job first")
         return 0
     from ..job.endpoints.output import read_output
-    from ..job.session import job_session
-    from ..job.spark_errors import spark_errors
+    from ..job.spark.session import job_session
+    from ..job.spark.spark_errors import spark_errors
     from ..operations.state_reader import spark_message
 
     # Reading needs no connector: a Delta table is read with the deltalake package.

@@ -25,7 +25,7 @@ from ..core.sizing.limits import MAXIMA
 from ..core.sizing.memory import parse_memory
 from ..core.sizing.partitions import PartitionAdvice
 from ..core.sizing.report import report
-from ..job.query_plan import checked_plan
+from ..job.plan.query_plan import checked_plan
 from .arguments import EXIT_BAD_INPUT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
 
 if TYPE_CHECKING:
@@ -323,7 +323,7 @@ def _bytes_source(args: argparse.Namespace, calibration: Calibration | None) -> 
 
 def run_calibration(settings: Settings, events_per_file: int) -> Calibration:
     """The calibration run, in a local Spark session of its own; its progress goes to stderr."""
-    from ..job.session import tool_session
+    from ..job.spark.session import tool_session
     from ..operations.calibration import calibrate
 
     print(

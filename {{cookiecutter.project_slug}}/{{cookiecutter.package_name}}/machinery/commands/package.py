@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..core.settings import load_settings
-from ..job.connectors import submit_arguments
+from ..job.spark.connectors import submit_arguments
 from ..operations.packaging import DEPLOY_MODES, build_py_files, submit_command
 from .arguments import add_settings_argument
 

@@ -73,7 +73,7 @@ def cmd_repartition(args: argparse.Namespace) -> int:
         f" {chosen.partitions_new} partitions; a copy is kept at {chosen.working_copy} until the result is verified",
         flush=True,
     )
-    from ..job.session import job_session
+    from ..job.spark.session import job_session
     from ..operations.inspection import inspect_checkpoint
     from ..operations.state_reader import READER_CONFS
 
@@ -156,15 +156,18 @@ def _as_the_session_sets_it(output: OutputLog | None, spark) -> OutputLog | None
 def _finish_last_batch(spark, settings: Settings, chosen: Plan) -> Plan:
     """Run the batch the job left unfinished, alone, on its recorded input (its offsets are in the log)."""
     from ..job.endpoints.sinks import start_query
-    from ..job.runner import build_result
+    from ..job.plan.merge_key import merge_key
+    from ..job.run.runner import build_result
 
     batch = chosen.last_batch
     print(f"repartition: running batch {batch}, which the job left unfinished, on its recorded input", flush=True)
-    from ..job.spark_errors import spark_errors
+    from ..job.spark.spark_errors import spark_errors
     from ..operations.state_reader import spark_message
 
     try:
-        start_query(build_result(spark, settings), settings.sink, settings.query, one_batch=True).awaitTermination()
+        result = build_result(spark, settings)
+        key = merge_key(result, settings.sink) if settings.sink.merges else None
+        start_query(result, settings.sink, settings.query, key, one_batch=True).awaitTermination()
     except spark_errors() as error:
         raise RepartitionRefused(
             f"batch {batch} failed when run again ({spark_message(error)}): start the job to see why; nothing"

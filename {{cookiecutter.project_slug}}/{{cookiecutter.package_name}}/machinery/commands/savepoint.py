@@ -80,7 +80,7 @@ def state_reader(settings: Settings | None = None) -> Iterator[Any]:
 
         def session():
             if not started:
-                from ..job.session import tool_session
+                from ..job.spark.session import tool_session
                 from ..operations.state_reader import READER_CONFS
 
                 started.append(stack.enter_context(tool_session("savepoint", READER_CONFS, settings)))
@@ -94,7 +94,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     target = _absolute(args.savepoint)
     with state_reader(settings) as session:
         if settings.spark.connect_url is not None:  # copied with this machine's file system: it must see the folder
-            from ..job.session_files import require_this_machines
+            from ..job.spark.session_files import require_this_machines
 
             require_this_machines(session(), settings.query.checkpoint_location, "savepoint create")
         origin = plan_create(settings, target)

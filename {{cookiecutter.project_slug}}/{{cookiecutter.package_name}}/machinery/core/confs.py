@@ -1,6 +1,6 @@
 """The Spark confs the settings manage: the one table of which setting owns which conf.
 
-job/session.py turns settings into these confs; the settings refuse them in spark.conf; the guard
+job/spark/session.py turns settings into these confs; the settings refuse them in spark.conf; the guard
 names the setting a pinned conf belongs to; the checkpoint's reader and inspect read them back.
 """
 

@@ -8,7 +8,7 @@ The query module defines:
         events in, output rows out: on a stream in the job, on batch data in tests; join_events is
         the second input (join_source) when the settings have one, None otherwise. Any number of
         stateful operators, chained as Spark allows: the machinery reads them from the plan of the
-        DataFrame it returns (job/query_plan.py) to size, guard and inspect the state.
+        DataFrame it returns (job/plan/query_plan.py) to size, guard and inspect the state.
 
 and may define:
 

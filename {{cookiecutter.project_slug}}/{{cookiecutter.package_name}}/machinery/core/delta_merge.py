@@ -123,7 +123,7 @@ def columns_differ(table: Sequence[str], output: Sequence[str]) -> bool:
 
 
 def columns_changed_line(path: str, batch_id: int, table: Sequence[str], output: Sequence[str]) -> str:
-    """A table whose columns another tool changed while the job ran (the start refuses it with schema_line)."""
+    """A table whose columns another tool changed while the job ran (the start refuses it: plan/merge_key.table_columns_refusal)."""
     gained = [column for column in table if column not in output]
     lost = [column for column in output if column not in table]
     held = f"holds {', '.join(gained)}, which the query's output lacks" if gained else ""
@@ -134,12 +134,4 @@ def columns_changed_line(path: str, batch_id: int, table: Sequence[str], output:
         f" so nothing of batch {batch_id} was written. Restore the table to its version before the change (RESTORE"
         " TABLE ... TO VERSION AS OF, deltalake's DeltaTable.restore) or change the query to the table's columns,"
         f" then start again: the batch runs again; or {START_OVER}"
-    )
-
-
-def schema_line(path: str, table: list[str], output: list[str]) -> str:
-    return (
-        f"sink.path {path} is a Delta table of columns ({', '.join(table)}) but the query's output is"
-        f" ({', '.join(output)}): a MERGE writes each row whole, by name; set sink.path to a new directory, or"
-        " change the table to the output's columns (ALTER TABLE) or the query to the table's. Nothing was started"
     )

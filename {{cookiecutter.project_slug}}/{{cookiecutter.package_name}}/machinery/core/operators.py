@@ -1,6 +1,6 @@
 """The stateful operators the machinery can size, and every fact it knows about each, in one table.
 
-A query may chain any number of them (job/query_plan.py reads which from Spark's plan). A rule
+A query may chain any number of them (job/plan/query_plan.py reads which from Spark's plan). A rule
 about an operator (what its state holds and how many rows, the rows it passes on, the names Spark
 gives it in the plan and in the state metadata, the store it needs, how sample input is shaped for
 it) is written here once; the sizing, the guard, the settings checks, the sample writer,
@@ -315,7 +315,7 @@ class Operator:
     beyond_headline: str | None
     # The operator name Spark writes into the checkpoint's state metadata (the guard compares it).
     spark_name: str
-    # The node of Spark's analyzed plan that is this operator (machinery/job/query_plan.py reads it).
+    # The node of Spark's analyzed plan that is this operator (machinery/job/plan/query_plan.py reads it).
     plan_node: str
     # The rows per second it passes on to a stateful operator after it, from the rate into it and its
     # sizing inputs: the next operator's input rate unless capacity.operators sets one.

@@ -1,4 +1,4 @@
-"""The stateful operators of a query, as data: what job/query_plan.py reads from Spark's plan, and
+"""The stateful operators of a query, as data: what job/plan/query_plan.py reads from Spark's plan, and
 what the sizing, the guard and the tools follow. Standard library only (the settings use it).
 """
 
@@ -27,7 +27,7 @@ KEY_WORDS = {
 
 @dataclass(frozen=True)
 class DeclaredVariable:
-    """A state variable a transformWithState processor declares in its init (job/processor_state.py)."""
+    """A state variable a transformWithState processor declares in its init (job/plan/processor_state.py)."""
 
     name: str
     # ValueState, ListState or MapState, as Spark's operator metadata names them.
@@ -103,7 +103,7 @@ class PlanOperator:
 
     @property
     def key_line(self) -> str:
-        """Its state key in the words of the checkpoint's state key record (job/state_fit.py)."""
+        """Its state key in the words of the checkpoint's state key record (job/guard/state_fit.py)."""
         lead = KEY_WORDS.get(self.node, f"{self.node} by")
         return f"{lead} {self.keys}"
 

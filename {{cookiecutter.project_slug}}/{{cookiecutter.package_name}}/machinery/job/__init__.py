@@ -1,1 +1,1 @@
-"""The job: the Spark session, sources and sinks, the runner, the guard's policy, progress, stopping and the watchdog."""
+"""The job, in wings that each use only the wings below them and core/: spark, endpoints, plan, guard, run."""

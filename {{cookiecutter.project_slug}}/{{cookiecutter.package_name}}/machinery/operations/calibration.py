@@ -25,8 +25,8 @@ from ..core.durations import AVAILABLE_NOW, parse_duration
 from ..core.settings import Settings
 from ..core.text import first_line
 from ..job.endpoints.sample_input import UNIQUE_KEYS, write_for_settings
-from ..job.runner import run_query
-from ..job.session import apply_confs
+from ..job.run.runner import run_query
+from ..job.spark.session import apply_confs
 
 # Few partitions, so that fixed per-partition overhead does not count as bytes per row.
 CALIBRATION_PARTITIONS = 2

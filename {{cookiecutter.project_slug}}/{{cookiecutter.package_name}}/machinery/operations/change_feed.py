@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint.files import Files, local_checkpoint
-from ..job.session_files import checkpoint_files
+from ..job.spark.session_files import checkpoint_files
 from .state_reader import read_changes
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it

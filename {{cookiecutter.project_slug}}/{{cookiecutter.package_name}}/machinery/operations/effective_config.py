@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.settings import Settings, masked_url
-from ..job.endpoints.sinks import kafka_sink_options
-from ..job.endpoints.sources import files_options, kafka_options
-from ..job.session import secret_confs, spark_confs, static_confs
+from ..job.endpoints.kafka import kafka_options, kafka_sink_options
+from ..job.endpoints.sources import files_options
+from ..job.spark.session import secret_confs, spark_confs, static_confs
 
 
 class _SecretNames(dict):

@@ -27,7 +27,7 @@ from ..core.confs import PARTITIONS_CONF, PROVIDER_CONF, provider_name
 from ..core.figures import human_bytes, num
 from ..core.operators import held_operator
 from ..core.sizing.estimate import Estimate
-from ..job.spark_errors import spark_errors
+from ..job.spark.spark_errors import spark_errors
 from .state_reader import (
     TIMERS,
     counts_as_rows,
@@ -194,7 +194,7 @@ def counted_state_rows(location: str) -> int:
     """The state rows of the last committed batch, counted from the checkpoint's state files: for a
     store whose rows Spark does not track (its progress then says 0). On the process's session when it
     runs one, else on a local session started for the count."""
-    from ..job.session import tool_session  # Spark is imported only when a command needs it
+    from ..job.spark.session import tool_session  # Spark is imported only when a command needs it
 
     facts = checkpoint_facts(location)
     with tool_session("count-state-rows", reader_confs(location)) as spark:

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..job.java import find_java
+from ..job.spark.java import find_java
 
 KAFKA_VERSION = "4.2.0"
 # Kafka logs through slf4j 1.7; this binds it to the log4j2 that Kafka ships.

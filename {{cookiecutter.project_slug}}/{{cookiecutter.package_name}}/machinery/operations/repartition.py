@@ -47,7 +47,7 @@ from ..core.checkpoint.run_lock import holder
 from ..core.confs import PARTITIONS_CONF, PROVIDER_CONF, provider_name
 from ..core.contract import PACKAGE
 from ..job.endpoints.output_log import OutputLog, OutputNotRecorded
-from ..job.spark_errors import spark_errors
+from ..job.spark.spark_errors import spark_errors
 from .inspection import Inspection
 from .state_reader import spark_message, spark_path
 

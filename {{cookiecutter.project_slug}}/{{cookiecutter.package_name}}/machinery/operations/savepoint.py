@@ -38,7 +38,7 @@ from ..core.checkpoint.sink_log import DELTA_LOG, LOG_DIR
 from ..core.confs import INTEGRITY_CONFS
 from ..core.contract import PACKAGE
 from ..core.settings import Settings
-from ..job.output_check import lost_output, with_output
+from ..job.guard.output_check import lost_output, with_output
 from .inspection import checkpoint_facts, inspect_checkpoint
 
 if TYPE_CHECKING:  # Spark is imported only when the checks pass

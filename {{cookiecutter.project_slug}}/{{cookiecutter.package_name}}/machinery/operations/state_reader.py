@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint.files import CheckpointUnreadable, held_format_version, local_checkpoint
 from ..core.confs import INTEGRITY_CONFS
-from ..job.spark_errors import root_message, spark_errors
+from ..job.spark.spark_errors import root_message, spark_errors
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import DataFrame, SparkSession

@@ -1,7 +1,7 @@
 """How the machinery reads a checkpoint's (or an output's) files: the one interface of its readers.
 
 The files are on this machine's disk (LocalFiles), or on the disk of the Spark that runs the job and read
-through its session (job/session_files.py: a Spark Connect server's, which this machine may not see). The
+through its session (job/spark/session_files.py: a Spark Connect server's, which this machine may not see). The
 parsers (files.py, sink_log.py) read through it, so there is one parser of each file whichever reads it.
 """
 
@@ -13,7 +13,7 @@ from typing import Protocol
 
 class Files(Protocol):
     """Read access to a checkpoint's files where they are: this machine's disk (LocalFiles), or the disk of
-    the Spark that runs the job, through its session (job/session_files.py: a Spark Connect server's). A
+    the Spark that runs the job, through its session (job/spark/session_files.py: a Spark Connect server's). A
     path names a file as the checkpoint's location does. Spark's listing leaves out names that start with
     `.` or `_` (apart from `_metadata`), so a reader reaches those by their full path or not at all: the
     checksum files are checked where they are visible only."""

@@ -7,7 +7,7 @@ repartitioning adds a batch that runs no query, so the sink never writes its ent
 at its next merge (seen on Spark 4.2.1 at batch 9). `record_empty_batch` writes what the sink writes
 for a batch without files: the header alone, or, on a merge batch, the merged entries.
 
-`read_sink_log` reads the log once for the checks of a start (job/output_check.py): the batches it
+`read_sink_log` reads the log once for the checks of a start (job/guard/output_check.py): the batches it
 holds, their entry files, and, from the newest merge file on (what Spark and every reader of the
 output read), the data files it holds as written, or the first entry that does not parse.
 """
@@ -62,7 +62,7 @@ def logged_batches(output: Path) -> list[int]:
 
 @dataclass(frozen=True)
 class TableBehind:
-    """A Delta table that holds fewer of the query's batches than the checkpoint committed (job/output_check.py):
+    """A Delta table that holds fewer of the query's batches than the checkpoint committed (job/guard/output_check.py):
     the query, the last batch the table holds (-1: none), the checkpoint's last commit, and which batches
     between ran with a watermark moved on from the batch before's (or whose offsets file is gone). In append
     mode an aggregation writes the windows the watermark closes, so a batch whose watermark stayed wrote no
@@ -74,6 +74,7 @@ class TableBehind:
     last: int
     moved: tuple[int, ...]
     append: bool
+    folder: Path  # the table's, on this machine's file system
 
     @property
     def without_rows(self) -> bool:

@@ -102,7 +102,7 @@ class Settings(BaseSettings):
 
     def operator_problems(self, names: Sequence[str], join_types: Sequence[str | None] = ()) -> list[str]:
         """What the stateful operators `names` of the query's plan need of the store and the sink, one line
-        each (job/query_plan.fit_problems holds join_source against the query). `join_types`: the stream-stream
+        each (job/plan/query_plan.fit_problems holds join_source against the query). `join_types`: the stream-stream
         joins' types as Spark names them, where known."""
         known = [name for name in names if name in OPERATORS]
         ran = f"the query runs {chain(names)}"

@@ -29,7 +29,7 @@ class DeltaSinkSettings(Section):
     # The Delta Lake (JVM) release fetched for delta-spark; it must be built for this Spark minor version.
     version: str = Field("4.4.0", pattern=r"^\d+\.\d+\.\d+$", description="a Delta Lake release such as 4.4.0")
     # Update mode: the output columns a batch's rows are MERGEd into the table by. Empty: the grouping
-    # columns (and window) of the query's last aggregation, read from its plan (job/merge_key.py).
+    # columns (and window) of the query's last aggregation, read from its plan (job/plan/merge_key.py).
     key_columns: list[str] = Field(default_factory=list, description="a list of the output's column names")
 
 

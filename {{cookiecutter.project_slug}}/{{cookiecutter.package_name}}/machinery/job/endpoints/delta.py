@@ -12,7 +12,7 @@ uses too, so a batch the table recorded is not written twice:
   session, so two queries in one job do not see each other's. (Appends go through Spark's Delta sink.)
 A batch without rows is committed too (its transaction alone, no data file), as Spark's sink commits it: the
 table then records every batch the checkpoint commits, which is how a start tells a table that lost batches
-(job/output_check.py). A MERGE takes one row per key: a batch holding a key twice is refused, unwritten.
+(job/guard/output_check.py). A MERGE takes one row per key: a batch holding a key twice is refused, unwritten.
 
 Other tools may work on the table while the job runs. A MERGE that lost to a compaction (OPTIMIZE, which
 changes no row) runs again on the compacted table, up to COMMIT_ATTEMPTS times; one that lost to another
@@ -61,7 +61,7 @@ from ...core.delta_merge import (
     table_gone_line,
 )
 from ...core.text import first_line
-from ..spark_errors import spark_errors
+from ..spark.spark_errors import spark_errors
 
 # The session confs through which Delta makes a MERGE idempotent (Delta 2.3 and later).
 TXN_APP_ID, TXN_VERSION = "spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion"

@@ -27,7 +27,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from ...core.settings import KafkaConnection, KafkaSinkSettings, KafkaSourceSettings, Settings
-from ..remote import is_connect
+from ..spark.remote import is_connect
 
 CONNECT_TIMEOUT_SECONDS = 5
 ADMIN_TIMEOUT_SECONDS = 20
@@ -77,38 +77,57 @@ def _jaas_quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def require_brokers(settings: Settings) -> None:
-    """A broker answers at each Kafka endpoint's address: a TCP connection, quicker to fail than Kafka's client."""
-    for where in unanswered_endpoints(settings):
-        raise KafkaEndpointError(
-            f"{where}: no broker answers there (nothing listens, or it is not reachable within"
-            f" {CONNECT_TIMEOUT_SECONDS} s); start the broker (`make kafka-up` starts a local one) or fix the address"
-        )
+def kafka_options(kafka: KafkaSourceSettings, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The Kafka source options the settings build; secrets come from the environment variables named."""
+    options = {"startingOffsets": kafka.starting_offsets, "failOnDataLoss": str(kafka.fail_on_data_loss).lower()}
+    if kafka.topic is not None:
+        options["subscribe"] = kafka.topic
+    else:
+        options["subscribePattern"] = str(kafka.topic_pattern)
+    if kafka.max_offsets_per_trigger is not None:
+        options["maxOffsetsPerTrigger"] = str(kafka.max_offsets_per_trigger)
+    return {**options, **connection_options(kafka, environ)}
 
 
-def unanswered_endpoints(settings: Settings) -> list[str]:
-    """The Kafka endpoints where no broker answers now (a TCP connection), each as its setting and address."""
-    return [
-        f"{section}.kafka.bootstrap_servers {kafka.bootstrap_servers}"
-        for section, kafka in settings.kafka_endpoints.items()
-        if not any(_answers(address) for address in kafka.bootstrap_servers.split(","))
-    ]
+def kafka_sink_options(kafka: KafkaSinkSettings, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The Kafka sink options the settings build; secrets come from the environment variables named."""
+    return {**connection_options(kafka, environ), "topic": kafka.topic}
 
 
 @dataclass
 class EndpointsChecked:
-    """What the checks found: remarks to print, and for a real-time start on Spark Classic the partitions
-    of the topics the source reads (the task slot check's count, asked in the same request), else None."""
+    """What the checks found: the endpoints checked (each one's bootstrap_servers by its setting), remarks to
+    print, and for a real-time start on Spark Classic the partitions of the topics the source reads (the task
+    slot check's count, asked in the same request), else None."""
 
+    servers: dict[str, str]
     remarks: list[str] = field(default_factory=list)
     kafka_partitions: int | None = None
+
+    def unanswered(self) -> list[str]:
+        """The endpoints where no broker answers now (a TCP connection), each as its setting and address."""
+        return [
+            f"{setting} {servers}"
+            for setting, servers in self.servers.items()
+            if not any(_answers(address) for address in servers.split(","))
+        ]
 
 
 def check_kafka_endpoints(
     spark: SparkSession, settings: Settings, environ: Mapping[str, str] = os.environ
 ) -> EndpointsChecked:
-    """Raise KafkaEndpointError when a Kafka endpoint's broker refuses the credentials or lacks a topic."""
-    checked = EndpointsChecked()
+    """Raise KafkaEndpointError when no broker answers at a Kafka endpoint's address (a TCP connection first,
+    quicker to fail than Kafka's client), or its broker refuses the credentials or lacks a topic."""
+    servers = {
+        f"{section}.kafka.bootstrap_servers": kafka.bootstrap_servers
+        for section, kafka in settings.kafka_endpoints.items()
+    }
+    checked = EndpointsChecked(servers)
+    for where in checked.unanswered():
+        raise KafkaEndpointError(
+            f"{where}: no broker answers there (nothing listens, or it is not reachable within"
+            f" {CONNECT_TIMEOUT_SECONDS} s); start the broker (`make kafka-up` starts a local one) or fix the address"
+        )
     for section, kafka in settings.kafka_endpoints.items():
         if is_connect(spark):
             read_nothing(spark, section, kafka, environ)

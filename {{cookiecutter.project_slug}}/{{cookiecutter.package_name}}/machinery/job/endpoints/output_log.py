@@ -6,7 +6,7 @@ so no sink writes it, and the sinks that log every batch must still hold it:
   breaks at the log's next merge (core/checkpoint/sink_log.py);
 - delta: the table gets a commit of the query's transaction alone (app id the query id, version the
   batch id), as both writers commit a batch without rows (endpoints/delta.py), or the next start finds
-  the table short of a committed batch (job/output_check.py).
+  the table short of a committed batch (job/guard/output_check.py).
 A log entry can be taken out again when the repartition is rolled back; a table's commit cannot.
 """
 

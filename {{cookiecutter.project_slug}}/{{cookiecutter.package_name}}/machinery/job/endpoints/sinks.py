@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from ...core import real_time
+from ...core.delta_merge import MergeKey
 from ...core.durations import AVAILABLE_NOW
 from ...core.settings import KafkaSinkSettings, QuerySettings, SettingsError, SinkSettings
-from ..merge_key import merge_key
 from .delta import DeltaLakeBatchWriter, DeltaSparkMergeWriter
-from .kafka import connection_options
+from .kafka import kafka_sink_options
 
 
-def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings, one_batch: bool = False) -> StreamingQuery:
-    """Start the query; one_batch runs a single batch and ends (the unfinished batch first, if there is one)."""
+def start_query(
+    result: DataFrame, sink: SinkSettings, query: QuerySettings, key: MergeKey | None, one_batch: bool = False
+) -> StreamingQuery:
+    """Start the query; one_batch runs a single batch and ends (the unfinished batch first, if there is one).
+    `key`: what update mode into Delta MERGEs each batch by (merge_key.checked_output, before the start)."""
     records = kafka_records(result, sink.kafka) if sink.type == "kafka" else result
     writer = (
         records.writeStream.queryName(query.name)
@@ -30,7 +30,8 @@ def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings, one
         # The file sink is exactly-once: a batch's files count only once its _spark_metadata entry is written.
         return writer.format("parquet").option("path", sink.path).start()
     if sink.merges:  # update mode: each batch MERGEd into the table by the result's key, exactly once
-        key = merge_key(result, sink)
+        if key is None:
+            raise ValueError("update mode into Delta MERGEs by a key: pass checked_output's")
         writes = DeltaSparkMergeWriter if sink.delta_writer == "delta-spark" else DeltaLakeBatchWriter
         return writer.foreachBatch(writes(sink.path, query.checkpoint_location, key)).start()
     if sink.delta_writer == "delta-spark":
@@ -47,11 +48,6 @@ def start_query(result: DataFrame, sink: SinkSettings, query: QuerySettings, one
 # Timestamps to the microsecond, as Spark holds them (to_json's default format cuts them to milliseconds, and
 # two results a few microseconds apart would share a key).
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
-
-
-def kafka_sink_options(kafka: KafkaSinkSettings, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The Kafka sink options the settings build; secrets come from the environment variables named."""
-    return {**connection_options(kafka, environ), "topic": kafka.topic}
 
 
 def kafka_records(result: DataFrame, kafka: KafkaSinkSettings) -> DataFrame:

@@ -7,8 +7,7 @@ with EVENT_SCHEMA, or whose event time is missing or far ahead of the processing
 from __future__ import annotations
 
 import operator
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from functools import reduce
 
@@ -18,7 +17,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from ...core.contract import user_query
 from ...core.settings import FilesSourceSettings, KafkaSourceSettings, QuerySettings, RateSourceSettings, Settings
-from .kafka import connection_options
+from .kafka import kafka_options
 from .schema_events import SchemaRolesError, roles, schema_events_from_rate
 
 # How the error a bad record raises begins (commands/run.py finds it by this), and the counts of the bad
@@ -94,18 +93,6 @@ def read_files(spark: SparkSession, files: FilesSourceSettings, section: str, qu
         events = events.withColumn(UNPARSED, F.lit(None).cast("string"))
     checked = without_bad_records(events, schema, files.on_bad_record, F.input_file_name(), section, query)
     return checked.select(*schema.fieldNames())
-
-
-def kafka_options(kafka: KafkaSourceSettings, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The Kafka source options the settings build; secrets come from the environment variables named."""
-    options = {"startingOffsets": kafka.starting_offsets, "failOnDataLoss": str(kafka.fail_on_data_loss).lower()}
-    if kafka.topic is not None:
-        options["subscribe"] = kafka.topic
-    else:
-        options["subscribePattern"] = str(kafka.topic_pattern)
-    if kafka.max_offsets_per_trigger is not None:
-        options["maxOffsetsPerTrigger"] = str(kafka.max_offsets_per_trigger)
-    return {**options, **connection_options(kafka, environ)}
 
 
 def read_kafka(spark: SparkSession, kafka: KafkaSourceSettings, section: str, query: QuerySettings) -> DataFrame:

@@ -14,9 +14,9 @@ import re
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType, TimestampType
 
-from ..core.delta_merge import MergeKey, columns_differ, schema_line
-from ..core.settings import Settings, SettingsError, SinkSettings
-from .endpoints.delta import columns, table_schema
+from ...core.delta_merge import MergeKey, columns_differ
+from ...core.settings import Settings, SettingsError, SinkSettings
+from ..endpoints.delta import columns, table_schema
 from .plan_source import PlanNode, analyzed_plan, column, items, split_top
 from .query_plan import is_stateful
 
@@ -163,10 +163,10 @@ def _name(item: str) -> str:
     return found[0] if found else item
 
 
-def checked_output(result: DataFrame, settings: Settings) -> str | None:
+def checked_output(result: DataFrame, settings: Settings) -> MergeKey | None:
     """Before a start (and `check`), in update mode: the steps after the last stateful operator
     (changed_rows_refusal) and, into Delta, the key and the table's columns, each misfit a SettingsError;
-    the line that says what each batch is MERGEd by (None but into Delta)."""
+    the key each batch is MERGEd by (None but into Delta)."""
     refused = changed_rows_refusal(result, settings.sink)
     if refused:
         raise SettingsError([refused])
@@ -176,7 +176,12 @@ def checked_output(result: DataFrame, settings: Settings) -> str | None:
     misfit = table_columns_refusal(settings, result)
     if misfit:
         raise SettingsError([misfit])
-    return f"update mode into Delta: each batch MERGEd into {settings.sink.path} by ({', '.join(key.columns)}), {key.origin}"
+    return key
+
+
+def merged_by_line(key: MergeKey, path: str) -> str:
+    """What each batch is MERGEd into the Delta table at path by."""
+    return f"update mode into Delta: each batch MERGEd into {path} by ({', '.join(key.columns)}), {key.origin}"
 
 
 def table_columns_refusal(settings: Settings, result: DataFrame) -> str | None:
@@ -191,4 +196,10 @@ def table_columns_refusal(settings: Settings, result: DataFrame) -> str | None:
     except (ImportError, DeltaError, OSError):  # TableNotFoundError is a DeltaError
         return None
     table, output = columns(schema), columns(result.schema)
-    return schema_line(settings.sink.path, list(table), list(output)) if columns_differ(table, output) else None
+    if not columns_differ(table, output):
+        return None
+    return (
+        f"sink.path {settings.sink.path} is a Delta table of columns ({', '.join(table)}) but the query's output is"
+        f" ({', '.join(output)}): a MERGE writes each row whole, by name; set sink.path to a new directory, or"
+        " change the table to the output's columns (ALTER TABLE) or the query to the table's. Nothing was started"
+    )

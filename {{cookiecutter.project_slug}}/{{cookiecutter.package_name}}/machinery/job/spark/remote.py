@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ..core.contract import PACKAGE
-from ..core.settings import masked_url
-from ..core.text import first_line
+from ...core.contract import PACKAGE
+from ...core.settings import masked_url
+from ...core.text import first_line
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import SparkSession

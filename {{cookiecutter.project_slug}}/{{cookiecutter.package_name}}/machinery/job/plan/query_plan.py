@@ -16,17 +16,32 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.contract import project_code, user_query
-from ..core.operators import BY_PLAN_NODE
-from ..core.plan_operators import OTHER_STATEFUL, PlanOperator
-from .plan_source import PlanNode, analyzed_plan, calls, column, enclosed, items, named, split_top, unwrapped
+from ...core import real_time
+from ...core.contract import project_code, user_query
+from ...core.operators import BY_PLAN_NODE
+from ...core.plan_operators import OTHER_STATEFUL, PlanOperator
+from ..spark.remote import is_connect
+from .plan_source import (
+    PlanNode,
+    analyzed_plan,
+    calls,
+    column,
+    enclosed,
+    items,
+    named,
+    python_udfs,
+    split_top,
+    unwrapped,
+)
 from .processor_state import PLAN_NODE, declared_variables
-from .remote import is_connect
+
+# What the names of an analyzed plan's nodes that run the user's Python in a worker hold (pandas, Arrow).
+PYTHON_PLAN_MARKERS = ("InPandas", "InArrow", "InPySpark", "Python")
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
     from pyspark.sql import DataFrame, SparkSession
 
-    from ..core.settings import Settings
+    from ...core.settings import Settings
 
 
 class QueryRefused(Exception):
@@ -189,6 +204,25 @@ CONNECT_UNCHECKED = (
 )
 
 
+def python_calls(result: DataFrame) -> list[str]:
+    """What of the query runs Python: each Python UDF by name, each pandas or Arrow function by its node."""
+    found = []
+    for node in analyzed_plan(result).walk():
+        if any(marker in node.kind for marker in PYTHON_PLAN_MARKERS):
+            found.append(node.kind)
+        found += [f"the UDF {name}" for name in python_udfs(node.text)]
+    return list(dict.fromkeys(found))
+
+
+def refuse_python(result: DataFrame, settings: Settings) -> None:
+    """Spark's refusal of Python in a real-time query, before the start (core/real_time.py says it)."""
+    from ...core.settings import SettingsError
+
+    problem = real_time.python_udf_problem(python_calls(result)) if settings.query.real_time else None
+    if problem:
+        raise SettingsError([problem])
+
+
 def refuse_what_spark_refuses(result: DataFrame, settings: Settings) -> None:
     """Spark's own checks of the query against sink.output_mode (UnsupportedOperationChecker), which a
     start makes before anything runs: made first by the start and by `check` alike, so that both refuse
@@ -218,7 +252,7 @@ def is_stateful(node: PlanNode) -> bool:
 
 
 def _seconds(duration: str) -> float:
-    from ..core.durations import parse_duration
+    from ...core.durations import parse_duration
 
     return parse_duration(duration, zero=True)  # a watermark delay, or a join's range: either may be zero
 
@@ -412,7 +446,7 @@ def query_result(
     """stateful_query on `events`, and on join_events: read_join_source() where join_source is set, else
     None. A query that fails without join_events and reads them when given some is a SettingsError
     naming join_source (fit_problems holds a join_source the query leaves unread)."""
-    from ..core.settings import SettingsError
+    from ...core.settings import SettingsError
 
     if settings.join_source is not None:
         return _stateful_query(events, settings, read_join_source())
@@ -469,8 +503,8 @@ def planned_operators(spark: SparkSession, settings: Settings) -> list[PlanOpera
 def checked_plan(settings: Settings) -> list[PlanOperator]:
     """The plan's operators, read in a local session of their own (nothing runs), and checked against
     the settings (fit_problems): a SettingsError names what does not fit."""
-    from ..core.settings import SettingsError
-    from .session import tool_session
+    from ...core.settings import SettingsError
+    from ..spark.session import tool_session
 
     with tool_session("query-plan", {}, settings) as spark:
         plan = planned_operators(spark, settings)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from pyspark.sql.types import StructType
 
-from ..core.checkpoint.files import (
+from ...core.checkpoint.files import (
     START_OVER,
     CheckpointRead,
     CheckpointUnreadable,
@@ -31,7 +31,7 @@ from ..core.checkpoint.files import (
     check_checksums,
     local_checkpoint,
 )
-from ..core.checkpoint.sink_log import (
+from ...core.checkpoint.sink_log import (
     DELTA_LOG,
     LOG_DIR,
     LOG_VERSION,
@@ -41,8 +41,8 @@ from ..core.checkpoint.sink_log import (
     files_gone,
     read_sink_log,
 )
-from ..core.settings import Settings
-from .endpoints.delta import columns, committed_version, gone_files, stream_writers
+from ...core.settings import Settings
+from ..endpoints.delta import columns, committed_version, gone_files, stream_writers
 
 
 def read_output_log(settings: Settings) -> SinkLog | None:
@@ -100,7 +100,7 @@ def table_behind(settings: Settings, held: CheckpointRead) -> TableBehind | None
     marks = {batch: _watermark(held.checkpoint, batch) for batch in range(recorded, last + 1)}
     missing = range(recorded + 1, last + 1)
     moved = tuple(batch for batch in missing if marks[batch] is None or marks[batch] != marks[batch - 1])
-    return TableBehind(query, recorded, last, moved, append=settings.sink.output_mode == "append")
+    return TableBehind(query, recorded, last, moved, append=settings.sink.output_mode == "append", folder=output)
 
 
 def _watermark(checkpoint: Path, batch: int) -> int | None:
@@ -123,18 +123,18 @@ def behind_notes(settings: Settings, held: CheckpointRead) -> list[str]:
     ]
 
 
-def refuse_behind_without_aggregation(settings: Settings, held: CheckpointRead, output_from: str | None) -> None:
+def refuse_behind_without_aggregation(held: CheckpointRead, output_from: str | None) -> None:
     """OutputLost when the Delta table lacks batches that wrote no row only if the output comes straight from
     an aggregation (behind_notes), and the plan's comes from a node of kind `output_from` (None: from one)."""
-    behind, output = held.table_behind, local_checkpoint(settings.sink.path)
-    if behind is None or not behind.without_rows or output_from is None or output is None:
+    behind = held.table_behind
+    if behind is None or not behind.without_rows or output_from is None:
         return
     problem = (
         f"{_table_holds(behind)} (its log's transactions; {_batches(behind)} ran with {_watermark_of(behind)}, which"
         " writes no row only where the output comes straight from an aggregation, and this query's comes from a"
         f" {output_from})"
     )
-    raise OutputLost(lost_output_line(output, held, problem))
+    raise OutputLost(lost_output_line(behind.folder, held, problem))
 
 
 def _table_holds(behind: TableBehind) -> str:

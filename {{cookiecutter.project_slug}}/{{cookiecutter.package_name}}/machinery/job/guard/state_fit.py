@@ -16,12 +16,12 @@ left as it was.
   length, Spark would go on adding to the windows of the old length beside the new ones, and the
   output would hold overlapping windows, one key's events split between them.
 - The output mode the state's results are written in (sink.output_mode), recorded beside them too: Spark
-  records none, and the guard (guard.output_mode_drifts) compares it before a start.
+  records none, and the guard (guard/checkpoint.output_mode_drifts) compares it before a start.
 - custom_state's state schemas (schema_evolution.py).
 - The columns of a parquet output it writes on (the guard reads them beside the checkpoint): a reader
   takes one file's columns for all, so a renamed column would read NULL in every earlier row.
 - A Delta table that lacks committed batches which ran without a moved watermark (the guard lets it pass,
-  job/output_check.py): they wrote no row only where the output comes straight from an aggregation.
+  job/guard/output_check.py): they wrote no row only where the output comes straight from an aggregation.
 """
 
 from __future__ import annotations
@@ -36,18 +36,17 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..core import real_time
-from ..core.checkpoint.files import LOCAL, START_OVER, CheckpointRead, CheckpointUnreadable, Files, local_checkpoint
-from ..core.operators import BY_SPARK_NAME
-from ..core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
-from ..core.settings import Settings, SettingsError
-from .merge_key import from_aggregation, output_source
+from ...core import real_time
+from ...core.checkpoint.files import LOCAL, START_OVER, CheckpointRead, CheckpointUnreadable, Files, local_checkpoint
+from ...core.operators import BY_SPARK_NAME
+from ...core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
+from ...core.settings import Settings, SettingsError
+from ..plan.merge_key import from_aggregation, output_source
+from ..plan.plan_source import analyzed_plan, split_top
+from ..plan.query_plan import fit_problems, read_plan, refuse_python, refuse_what_spark_refuses
+from ..spark.session_files import CheckpointReader, checkpoint_files
 from .output_check import columns, refuse_behind_without_aggregation
-from .plan_source import analyzed_plan, split_top
-from .query_plan import fit_problems, read_plan, refuse_what_spark_refuses
-from .real_time_checks import refuse_python
 from .schema_evolution import StateSchemaRefused, state_schema_drift
-from .session_files import checkpoint_files
 
 RECORD_FOLDER = "state_key"  # the record: one text file per version, each a JSON line Spark wrote
 RECORD_NAME = "state_key.json"  # the record of older templates (a file of one version), still read
@@ -250,12 +249,18 @@ def _damaged(location: str) -> str:
 
 
 def check_state_key(
-    spark: SparkSession, result: DataFrame, checkpoint: str, output_mode: str, record: bool = True
+    spark: SparkSession,
+    result: DataFrame,
+    checkpoint: str,
+    output_mode: str,
+    record: bool = True,
+    files: Files | None = None,
 ) -> str | None:
     """Raise StateKeyChanged when the query's state key differs from the recorded one; with `record`
     (a start, not `check`), record it, with the output mode (which the guard compared before), when none
-    is or either differs. Returns a note for the log when a checkpoint with state had no record."""
-    keys = KeyRecord(spark, checkpoint)
+    is or either differs. Returns a note for the log when a checkpoint with state had no record. `files`:
+    the reader the start chose (None: chosen here)."""
+    keys = KeyRecord(spark, checkpoint, files)
     plan = read_plan(result)
     now, windows = [operator.key_line for operator in plan], [operator.window for operator in plan]
     recorded, recorded_windows = keys.read() or (None, None)
@@ -291,13 +296,19 @@ def _window_change(changed: list[tuple[PlanOperator, str | None]], record: str) 
 
 
 def check_fit(
-    result: DataFrame, plan: Sequence[PlanOperator], settings: Settings, held: CheckpointRead | None, record_key: bool
+    result: DataFrame,
+    plan: Sequence[PlanOperator],
+    settings: Settings,
+    held: CheckpointRead | None,
+    checkpoint: CheckpointReader,
+    record_key: bool,
 ) -> tuple[str | None, list[str]]:
     """Raise, for the first misfit: OperatorsChanged, SettingsError (the query against the settings),
     Spark's AnalysisException (the query against the output mode), OutputLost, StateKeyChanged,
     StateWindowChanged, StateSchemaRefused or OutputColumnsChanged. Return the note of a state key recorded
-    again (with record_key: a start) and the state schema changes Spark accepts."""
-    location = settings.query.checkpoint_location
+    again (with record_key: a start) and the state schema changes Spark accepts. `checkpoint`: the
+    checkpoint at query.checkpoint_location and its reader, chosen once."""
+    location = checkpoint.location
     # The checkpoint's operators first: when the query no longer fits its state, that is the news.
     drift = operators_drift(plan, held, location)
     if drift:
@@ -309,8 +320,10 @@ def check_fit(
     refuse_what_spark_refuses(result, settings)
     if held is not None and held.table_behind is not None:
         _, source = output_source(analyzed_plan(result))
-        refuse_behind_without_aggregation(settings, held, None if from_aggregation(source) else source.kind)
-    note = check_state_key(result.sparkSession, result, location, settings.sink.output_mode, record_key)
+        refuse_behind_without_aggregation(held, None if from_aggregation(source) else source.kind)
+    note = check_state_key(
+        result.sparkSession, result, location, settings.sink.output_mode, record_key, checkpoint.files()
+    )
     refused, accepted = state_schema_drift(result, plan, held, location)
     if refused:
         raise StateSchemaRefused(refused)

@@ -23,12 +23,12 @@ from typing import Any, TextIO
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from ..core.figures import human_bytes
-from ..core.sizing.estimate import Estimate
-from ..core.sizing.limits import ROCKSDB_THRESHOLD_BYTES
-from ..core.text import first_line
-from .endpoints.sources import BAD_RECORDS_OBSERVATION, EVENT_TIME_AHEAD, MALFORMED, WITHOUT_EVENT_TIME
-from .heap import HeapProbe
+from ...core.figures import human_bytes
+from ...core.sizing.estimate import Estimate
+from ...core.sizing.limits import ROCKSDB_THRESHOLD_BYTES
+from ...core.text import first_line
+from ..endpoints.sources import BAD_RECORDS_OBSERVATION, EVENT_TIME_AHEAD, MALFORMED, WITHOUT_EVENT_TIME
+from ..spark.heap import HeapProbe
 
 
 def format_progress(progress: dict[str, Any], rows_counted: bool = True) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..core.text import first_line
+from ...core.text import first_line
 from .remote import is_connect
 
 if TYPE_CHECKING:

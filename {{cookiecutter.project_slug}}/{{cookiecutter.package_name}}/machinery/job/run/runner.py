@@ -9,22 +9,24 @@ from typing import TextIO
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from ..core.checkpoint.files import CheckpointRead
-from ..core.contract import QUERY_MODULE
-from ..core.plan_operators import PlanOperator, chain, flow_order, unsized
-from ..core.settings import Settings, SettingsError
-from .driver_jvm import jvm_ran_out_of_memory
-from .endpoints.sinks import start_query
-from .endpoints.sources import read_events
-from .heap import OutOfMemory, local_probe, out_of_memory_line, start_warning
-from .merge_key import checked_output
+from ...core.checkpoint.files import CheckpointRead
+from ...core.contract import QUERY_MODULE
+from ...core.plan_operators import PlanOperator, chain, flow_order, unsized
+from ...core.settings import Settings, SettingsError
+from ..endpoints.kafka import source_partitions
+from ..endpoints.sinks import start_query
+from ..endpoints.sources import read_events
+from ..guard.real_time_checks import refuse_too_few_slots
+from ..guard.state_fit import check_fit
+from ..plan.merge_key import checked_output, merged_by_line
+from ..plan.query_plan import query_result, read_plan
+from ..spark.driver_jvm import jvm_ran_out_of_memory
+from ..spark.heap import OutOfMemory, local_probe, out_of_memory_line, start_warning
+from ..spark.remote import ServerGone, is_connect, server_gone
+from ..spark.session_files import CheckpointReader, checkpoint_reader
+from ..spark.spark_errors import spark_errors
 from .progress import ProgressPrinter, StateWatchdog
 from .python_modules import require_operator_modules
-from .query_plan import query_result, read_plan
-from .real_time_checks import refuse_too_few_slots
-from .remote import ServerGone, is_connect, server_gone
-from .spark_errors import spark_errors
-from .state_fit import check_fit
 from .stopping import StopSignals, stop_on_batch_boundary, terminated
 
 
@@ -35,14 +37,14 @@ def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
 
 
 def follow_plan(
-    result: DataFrame, settings: Settings, held: CheckpointRead | None, remarks_to: TextIO
+    result: DataFrame, settings: Settings, held: CheckpointRead | None, checkpoint: CheckpointReader, remarks_to: TextIO
 ) -> list[PlanOperator]:
     """The stateful operators of the query about to run, checked before it starts against the settings
     and the checkpoint's state (state_fit.py). Where the query module's OPERATOR names another
     operator, the plan wins, said in one line."""
     plan = read_plan(result)
     require_operator_modules(plan)
-    note, evolutions = check_fit(result, plan, settings, held, record_key=True)
+    note, evolutions = check_fit(result, plan, settings, held, checkpoint, record_key=True)
     if note:
         print(f"checkpoint: {note}", file=remarks_to, flush=True)
     for evolution in evolutions:
@@ -89,23 +91,42 @@ def run_query(
     timeout_seconds: float | None = None,
     progress_to: TextIO | None = None,
     held: CheckpointRead | None = None,
-    kafka_partitions: int | None = None,
+) -> StreamingQuery:
+    """run_start for a run that is not a start of `run` (a test, a tool): the checkpoint's reader is chosen
+    here, and for a real-time query on Spark Classic Kafka is asked for the source topics' partitions."""
+    checkpoint = checkpoint_reader(spark, settings.query.checkpoint_location)
+    counted = settings.query.real_time and settings.source.type == "kafka" and not is_connect(spark)
+    kafka_partitions = source_partitions(spark, settings) if counted else None
+    return run_start(spark, settings, checkpoint, held, kafka_partitions, max_batches, timeout_seconds, progress_to)
+
+
+def run_start(
+    spark: SparkSession,
+    settings: Settings,
+    checkpoint: CheckpointReader,
+    held: CheckpointRead | None,
+    kafka_partitions: int | None,
+    max_batches: int | None = None,
+    timeout_seconds: float | None = None,
+    progress_to: TextIO | None = None,
 ) -> StreamingQuery:
     """Run until the query ends, `max_batches` batches are committed, the timeout passes, or the
     process gets SIGTERM or SIGINT; each of the last three stops on a batch boundary (stopping.py).
-    `held`: what the checkpoint's files said when the guard read them, for the plan's checks (state_fit.py);
-    None (a scratch or test run) leaves them the state key record alone to compare with. `kafka_partitions`:
-    the source topics' partitions the start's endpoint check counted, for the real-time slot check.
+    What the start decided is passed on, not found again: `checkpoint`, the checkpoint with the reader that
+    serves its files (the state key record and the stop read through it); `held`, what the checkpoint's files
+    said when the guard read them, for the plan's checks (state_fit.py), None (a scratch or test run) leaving
+    them the state key record alone to compare with; `kafka_partitions`, the source topics' partitions the
+    start's endpoint check counted, for the real-time slot check (None: not counted).
     """
     monitoring = settings.monitoring
     progress_to = sys.stdout if progress_to is None else progress_to  # the standard output of now, not of import time
     remarks_to = monitoring.remarks_to(progress_to)
     result = build_result(spark, settings)
-    merged_by = checked_output(result, settings)  # before anything is written
-    if merged_by:
-        print(f"sink: {merged_by}", file=remarks_to, flush=True)
-    plan = follow_plan(result, settings, held, remarks_to)
-    refuse_too_few_slots(spark, settings, plan, remarks_to, kafka_partitions)
+    key = checked_output(result, settings)  # before anything is written
+    if key:
+        print(f"sink: {merged_by_line(key, settings.sink.path)}", file=remarks_to, flush=True)
+    plan = follow_plan(result, settings, held, checkpoint, remarks_to)
+    refuse_too_few_slots(spark, settings, plan, kafka_partitions, remarks_to)
     endless = None if max_batches is not None else settings.endless_run(plan)
     if endless:
         raise SettingsError([endless])
@@ -133,7 +154,7 @@ def run_query(
     spark.streams.addListener(printer)
     gone = False  # the Connect server stopped answering: nothing more to ask of it
     try:
-        query = start_query(result, settings.sink, settings.query)
+        query = start_query(result, settings.sink, settings.query, key)
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         with StopSignals() as signals:
             while not terminated(query, False, remarks_to):
@@ -148,8 +169,9 @@ def run_query(
                     stop_on_batch_boundary(
                         spark,
                         query,
-                        lambda: start_query(result, settings.sink, settings.query, one_batch=True),
+                        lambda: start_query(result, settings.sink, settings.query, key, one_batch=True),
                         settings,
+                        checkpoint,
                         signals,
                         remarks_to,
                     )

@@ -12,11 +12,12 @@ one check (the guard's at a start), of a checkpoint that no job writes meanwhile
 from __future__ import annotations
 
 import builtins
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
-from ..core.checkpoint.files import LOCAL, Files, local_checkpoint
+from ...core.checkpoint.files import LOCAL, Files, local_checkpoint
 from .remote import is_connect
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
@@ -27,16 +28,39 @@ _LISTED = ("_metadata", "_common_metadata")
 
 
 def checkpoint_files(spark: SparkSession, location: str) -> Files:
+    """The reader of the checkpoint at `location`, chosen by who can see its disk (checkpoint_reader)."""
+    return checkpoint_reader(spark, location).files()
+
+
+@dataclass(frozen=True)
+class CheckpointReader:
+    """A checkpoint and which reader serves its files, decided once (checkpoint_reader) and passed on, so
+    that a start's later reads (the state key record, the stop's last batch) take the same reader."""
+
+    location: str  # as Spark is given it
+    local: Path | None  # its folder on this machine's file system (None: another file system)
+    through: SparkSession | None  # the session whose Spark reads its files; None: this machine reads them
+
+    @property
+    def root(self) -> Path:
+        """The checkpoint as a path, as its readers name its files."""
+        return self.local or Path(self.location)
+
+    def files(self) -> Files:
+        """A reader of its files as they are now (a session's keeps what it listed: one reader per check)."""
+        return LOCAL if self.through is None else SessionFiles(self.through, self.root, self.location)
+
+
+def checkpoint_reader(spark: SparkSession, location: str) -> CheckpointReader:
     """The reader of the checkpoint at `location`, chosen by who can see its disk: this machine's files on
     Spark Classic (a local path is this machine's), and on Spark Connect where this machine is shown to see
     the very folder the server does (same_folder); the session's files otherwise."""
     local = local_checkpoint(location)
     if local is not None and not is_connect(spark):
-        return LOCAL
-    through_session = SessionFiles(spark, local or Path(location), location)
-    if local is not None and same_folder(local, through_session):
-        return LOCAL
-    return through_session
+        return CheckpointReader(location, local, None)
+    if local is not None and same_folder(local, SessionFiles(spark, local, location)):
+        return CheckpointReader(location, local, None)
+    return CheckpointReader(location, local, spark)
 
 
 def same_folder(checkpoint: Path, through_session: Files) -> bool:

@@ -1,4 +1,4 @@
-"""The checks of a real-time start that need Spark: its version, the query's Python, the task slots.
+"""The checks of a real-time start that need Spark: its version and the task slots (the query's Python: query_plan.py).
 
 core/real_time.py holds Spark's rules; the settings check the source, the sink and the store before a
 JVM starts (Settings.real_time_problems), the plan's operators with the plan (Settings.plan_problems).
@@ -12,18 +12,14 @@ from collections.abc import Sequence
 from typing import TextIO
 
 import pyspark
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
-from ..core import real_time
-from ..core.plan_operators import PlanOperator
-from ..core.settings import Settings, SettingsError
-from ..core.sizing.partitions import local_cores
-from .endpoints.kafka import source_partitions
-from .plan_source import analyzed_plan, python_udfs
-from .remote import is_connect
+from ...core import real_time
+from ...core.plan_operators import PlanOperator
+from ...core.settings import Settings, SettingsError
+from ...core.sizing.partitions import local_cores
+from ..spark.remote import is_connect
 
-# What the names of an analyzed plan's nodes that run the user's Python in a worker hold (pandas, Arrow).
-PYTHON_PLAN_MARKERS = ("InPandas", "InArrow", "InPySpark", "Python")
 UNCOUNTED_PARTITIONS = (
     "the task slots are not checked against the Kafka partitions on Spark Connect: only Kafka's AdminClient,"
     " in this process's JVM, counts them (a batch with too few slots waits without output)"
@@ -33,22 +29,6 @@ UNCOUNTED_PARTITIONS = (
 def refuse_before_spark(settings: Settings, spark_version: str = pyspark.__version__) -> None:
     """A real-time trigger on a Spark that has no real-time mode for state: before a JVM starts."""
     problem = real_time.version_problem(spark_version) if settings.query.real_time else None
-    if problem:
-        raise SettingsError([problem])
-
-
-def python_calls(result: DataFrame) -> list[str]:
-    """What of the query runs Python: each Python UDF by name, each pandas or Arrow function by its node."""
-    found = []
-    for node in analyzed_plan(result).walk():
-        if any(marker in node.kind for marker in PYTHON_PLAN_MARKERS):
-            found.append(node.kind)
-        found += [f"the UDF {name}" for name in python_udfs(node.text)]
-    return list(dict.fromkeys(found))
-
-
-def refuse_python(result: DataFrame, settings: Settings) -> None:
-    problem = real_time.python_udf_problem(python_calls(result)) if settings.query.real_time else None
     if problem:
         raise SettingsError([problem])
 
@@ -71,14 +51,14 @@ def refuse_too_few_slots(
     spark: SparkSession,
     settings: Settings,
     plan: Sequence[PlanOperator],
+    kafka_partitions: int | None,
     remarks_to: TextIO | None = None,
-    kafka_partitions: int | None = None,
 ) -> None:
     """A real-time batch holds a task slot for every Kafka partition and every shuffle partition at once:
     with fewer, its tasks wait for each other and no result comes out. First, the Spark that runs the
     query has real-time mode: on Spark Connect the server's release, which the check before the start
     (refuse_before_spark, this process's pyspark) cannot know. `kafka_partitions`: the source topics'
-    partitions where the endpoint check counted them (None: asked here)."""
+    partitions, counted once before (check_kafka_endpoints at a start); None on Spark Connect, which cannot count them."""
     if not settings.query.real_time:
         return
     refuse_before_spark(settings, spark.version)
@@ -88,8 +68,7 @@ def refuse_too_few_slots(
     if is_connect(spark):
         print(f"real-time: {UNCOUNTED_PARTITIONS}", file=remarks_to or sys.stdout, flush=True)
         return
-    if kafka_partitions is None:
-        kafka_partitions = source_partitions(spark, settings)
+    assert kafka_partitions is not None, "a real-time query on Spark Classic has its source's partitions counted"
     problem = real_time.slots_problem(slots, kafka_partitions, settings.spark.shuffle_partitions, len(plan))
     if problem:
         raise SettingsError([problem])

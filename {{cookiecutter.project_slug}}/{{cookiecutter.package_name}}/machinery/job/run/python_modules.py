@@ -12,9 +12,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from ..core.operators import OPERATORS
-from ..core.plan_operators import PlanOperator
-from .endpoints.delta import MissingPackageError
+from ...core.operators import OPERATORS
+from ...core.plan_operators import PlanOperator
+from ..endpoints.delta import MissingPackageError
 
 # What pip installs a module under, where the names differ.
 PIP_NAMES = {"google.protobuf": "protobuf"}

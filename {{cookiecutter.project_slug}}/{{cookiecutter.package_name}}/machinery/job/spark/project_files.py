@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# The project folder: <project>/<package>/machinery/job/project_files.py.
+# The project folder: <project>/<package>/machinery/job/spark/project_files.py.
 PROJECT_DIR = Path(__file__).resolve().parents[3]
 
 

@@ -17,9 +17,9 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from ..core.checkpoint.files import RESTORE_OR_RESTART, state_files
-from ..core.confs import MAX_REPAIR_REPLAY_CONF, MAX_REPAIR_REPLAY_DEFAULT
-from ..core.settings import Settings
+from ...core.checkpoint.files import RESTORE_OR_RESTART, state_files
+from ...core.confs import MAX_REPAIR_REPLAY_CONF, MAX_REPAIR_REPLAY_DEFAULT
+from ...core.settings import Settings
 
 
 def snapshot_version(path: Path) -> int | None:

@@ -13,8 +13,8 @@ from pathlib import Path
 import py4j as py4j_package
 from pyspark.sql import SparkSession
 
-from ..core import real_time
-from ..core.confs import (
+from ...core import real_time
+from ...core.confs import (
     CHANGELOG_CONF,
     ENCODING_CONF,
     INTEGRITY_CONFS,
@@ -26,7 +26,7 @@ from ..core.confs import (
     ROCKSDB_CONFS,
     STATE_STORE,
 )
-from ..core.settings import Settings, SettingsError, connect_url, unset_secrets
+from ...core.settings import Settings, SettingsError, connect_url, unset_secrets
 from .connector_jars import RESOLUTION_CONFS, resolved_jars
 from .connectors import DELTA_CATALOG, DELTA_EXTENSION, PACKAGES_CONF, KafkaFallback, kafka_fallback, resolution_confs
 from .driver_jvm import OUT_OF_MEMORY_OPTION, jvm_ran_out_of_memory, launch_driver_jvm

@@ -29,7 +29,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.errors import PySparkRuntimeError
 from pyspark.java_gateway import launch_gateway
 
-from ..core.checkpoint.run_lock import held_lock_fds
+from ...core.checkpoint.run_lock import held_lock_fds
 
 WORKER_LOG = "python-workers.log"
 START_LOG = "jvm-start.log"  # a failed start's whole output, the last one's

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyspark
 from pyspark.sql import SparkSession
 
-from ..core.settings import Settings
+from ...core.settings import Settings
 from .project_files import project_file
 from .remote import is_connect
 

@@ -22,11 +22,11 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from ..core.checkpoint.files import last_committed, local_checkpoint, unfinished_batch
-from ..core.settings import Settings
-from ..core.text import first_line
-from .remote import set_log_level
-from .session_files import checkpoint_files
+from ...core.checkpoint.files import last_committed, unfinished_batch
+from ...core.settings import Settings
+from ...core.text import first_line
+from ..spark.remote import set_log_level
+from ..spark.session_files import CheckpointReader
 
 POLL_SECONDS = 0.2
 # What signal.signal installs and returns: a function, SIG_DFL or SIG_IGN, or None (not set from Python).
@@ -104,12 +104,13 @@ def stop_on_batch_boundary(
     query: StreamingQuery,
     one_batch: Callable[[], StreamingQuery],
     settings: Settings,
+    checkpoint: CheckpointReader,
     signals: StopSignals,
     remarks_to: TextIO,
 ) -> None:
     """Let the batch in flight commit, stop between batches, and run alone (one_batch starts the query
     for that) a batch left without its commit; each step within query.stop_timeout (a second signal
-    ends the wait). Says how it ended."""
+    ends the wait). Says how it ended. `checkpoint`: the query's, with the reader the start chose."""
     deadline = time.monotonic() + settings.query.stop_timeout_seconds
 
     def waiting() -> bool:
@@ -125,14 +126,14 @@ def stop_on_batch_boundary(
             break
     stop_quietly(spark, query)
     terminated(query, True, remarks_to)
-    checkpoint = local_checkpoint(settings.query.checkpoint_location)
-    if checkpoint is None:
+    folder = checkpoint.local
+    if folder is None:
         print(
             "stopped between batches (the checkpoint is not local: its last batch is not checked here)", file=remarks_to
         )
         return
-    files = checkpoint_files(spark, settings.query.checkpoint_location)  # a Connect server's: through the session
-    batch = unfinished_batch(checkpoint, files)
+    files = checkpoint.files()  # a Connect server's: through the session, read afresh
+    batch = unfinished_batch(folder, files)
     if batch is not None and waiting():
         # The next trigger fired before the stop: its batch is logged; run it alone, on its logged input
         # (a once trigger runs the unfinished batch and nothing more).
@@ -144,9 +145,9 @@ def stop_on_batch_boundary(
         if again.isActive:
             stop_quietly(spark, again)
             terminated(again, True, remarks_to)
-        batch = unfinished_batch(checkpoint, files)
+        batch = unfinished_batch(folder, files)
     if batch is None:
-        committed = last_committed(checkpoint, files)
+        committed = last_committed(folder, files)
         last = f"batch {committed} committed" if committed is not None else "no batch ran"
         print(f"stopped on a batch boundary: {last}, nothing in flight", file=remarks_to, flush=True)
         return

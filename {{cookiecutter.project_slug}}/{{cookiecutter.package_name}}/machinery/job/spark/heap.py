@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..core.figures import human_bytes
-from ..core.sizing.memory import memory_setting, parse_memory
+from ...core.figures import human_bytes
+from ...core.sizing.memory import memory_setting, parse_memory
 from .remote import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from ..core.settings import Settings
-    from ..core.sizing.estimate import Estimate
+    from ...core.settings import Settings
+    from ...core.sizing.estimate import Estimate
 
 
 class HeapProbe:

@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.checkpoint.files import (
+from ...core.checkpoint.files import (
     LANDING_FLAGS,
     LOCAL,
     START_OVER,
@@ -27,14 +27,14 @@ from ..core.checkpoint.files import (
     local_checkpoint,
     read_checkpoint,
 )
-from ..core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, STATE_STORE, provider_name
-from ..core.contract import PACKAGE
-from ..core.operators import OPERATORS
-from ..core.real_time import STATE_NAMES
-from ..core.settings import Settings
-from .endpoints.delta import mode_written
+from ...core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, STATE_STORE, provider_name
+from ...core.contract import PACKAGE
+from ...core.operators import OPERATORS
+from ...core.real_time import STATE_NAMES
+from ...core.settings import Settings
+from ..endpoints.delta import mode_written
+from ..spark.session import spark_confs
 from .output_check import behind_notes, check_sink_log, lost_output, output_ahead, output_elsewhere, with_output
-from .session import spark_confs
 from .state_checks import snapshot_findings
 from .state_fit import KeyRecord
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.plan_operators import DeclaredVariable
+from ...core.plan_operators import DeclaredVariable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -70,7 +70,7 @@ def declared_state(result: DataFrame) -> list[list[StateVariable] | None]:
     whose `init` cannot run here; none on Spark Connect."""
     from pyspark.serializers import CloudPickleSerializer
 
-    from .remote import is_connect
+    from ..spark.remote import is_connect
 
     if is_connect(result.sparkSession):  # the pickled processor is only in the client's private plan: none read
         return []

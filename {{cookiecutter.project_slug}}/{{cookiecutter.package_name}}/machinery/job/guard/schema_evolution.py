@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from ..core.checkpoint.files import START_OVER, CheckpointRead, ColumnFamily, recorded_encoding
-from ..core.plan_operators import PlanOperator
-from .processor_state import PLAN_NODE, StateVariable, declared_state
+from ...core.checkpoint.files import START_OVER, CheckpointRead, ColumnFamily, recorded_encoding
+from ...core.plan_operators import PlanOperator
+from ..plan.processor_state import PLAN_NODE, StateVariable, declared_state
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -1,5 +1,5 @@
 """The lines a failed run ends with: a cause the job knows said in one line with the ways on (a bad record,
-a refused Delta batch, too few real-time slots, a broker gone), else where Spark's error points (damaged
+the heap run out, a refused Delta batch, too few real-time slots, a broker gone), else where Spark's error points (damaged
 checkpoint files, a folder not writable, a full disk, records Kafka deleted, a state schema Spark refused)."""
 
 from __future__ import annotations
@@ -11,10 +11,33 @@ from pathlib import Path
 from ...core import real_time
 from ...core.checkpoint.files import RESTORE_OR_RESTART, empty_state_files
 from ...core.delta_merge import DELTA_SINK_REFUSED
+from ...core.figures import human_bytes
 from ...core.settings import Settings, nearest_existing_folder
+from ...core.sizing.estimate import Estimate
+from ...core.sizing.memory import memory_setting
 from ..endpoints.kafka import KAFKA_ERROR, EndpointsChecked
 from ..endpoints.sources import BAD_RECORD_ERROR
 from ..guard.state_checks import local_checksum_failures
+
+
+def out_of_memory_line(settings: Settings, sizing: Estimate | None, heap_max: int | None) -> str:
+    """The one line an OutOfMemoryError ends in: the state, the heap and the fix."""
+    heap = f"{human_bytes(heap_max)} heap" if heap_max else f"heap (spark.driver_memory {settings.spark.driver_memory})"
+    store = settings.state_store.provider
+    if sizing is not None and store == "hdfs":
+        needed = sizing.executor_heap_bytes
+        state = f"the HDFS-backed state, estimated at {human_bytes(sizing.executor_state_bytes)} per executor"
+        fix = (
+            f"set spark.driver_memory (on a cluster spark.executor.memory) to {memory_setting(needed)} or more and start"
+            " again (the checkpoint is intact: the batch runs again), or move the state to rocksdb on a new checkpoint"
+        )
+    else:
+        state = f"the job's work beside its {store} state"
+        fix = (
+            "raise spark.driver_memory (on a cluster spark.executor.memory) and start again; the checkpoint is"
+            " intact and the batch runs again"
+        )
+    return f"the JVM's {heap} ran out (java.lang.OutOfMemoryError) holding {state}; {fix}"
 
 
 def damaged_checkpoint_advice(message: str, checkpoint: str) -> list[str]:

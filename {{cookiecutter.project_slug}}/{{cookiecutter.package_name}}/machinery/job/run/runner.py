@@ -21,10 +21,11 @@ from ..guard.state_fit import check_fit
 from ..plan.merge_key import checked_output, merged_by_line
 from ..plan.query_plan import query_result, read_plan
 from ..spark.driver_jvm import jvm_ran_out_of_memory
-from ..spark.heap import OutOfMemory, local_probe, out_of_memory_line, start_warning
+from ..spark.heap import OutOfMemory, local_probe, start_warning
 from ..spark.remote import ServerGone, is_connect, server_gone
 from ..spark.session_files import CheckpointReader, checkpoint_reader
 from ..spark.spark_errors import spark_errors
+from .advice import out_of_memory_line
 from .progress import ProgressPrinter, StateWatchdog
 from .python_modules import require_operator_modules
 from .stopping import StopSignals, stop_on_batch_boundary, terminated

@@ -74,25 +74,5 @@ def start_warning(settings: Settings, sizing: Estimate | None, probe: HeapProbe 
     )
 
 
-def out_of_memory_line(settings: Settings, sizing: Estimate | None, heap_max: int | None) -> str:
-    """The one line an OutOfMemoryError ends in: the state, the heap and the fix."""
-    heap = f"{human_bytes(heap_max)} heap" if heap_max else f"heap (spark.driver_memory {settings.spark.driver_memory})"
-    store = settings.state_store.provider
-    if sizing is not None and store == "hdfs":
-        needed = sizing.executor_heap_bytes
-        state = f"the HDFS-backed state, estimated at {human_bytes(sizing.executor_state_bytes)} per executor"
-        fix = (
-            f"set spark.driver_memory (on a cluster spark.executor.memory) to {memory_setting(needed)} or more and start"
-            " again (the checkpoint is intact: the batch runs again), or move the state to rocksdb on a new checkpoint"
-        )
-    else:
-        state = f"the job's work beside its {store} state"
-        fix = (
-            "raise spark.driver_memory (on a cluster spark.executor.memory) and start again; the checkpoint is"
-            " intact and the batch runs again"
-        )
-    return f"the JVM's {heap} ran out (java.lang.OutOfMemoryError) holding {state}; {fix}"
-
-
 class OutOfMemory(Exception):
     """The JVM the job runs in ran out of heap and exited; the message names the state, the heap and the fix."""

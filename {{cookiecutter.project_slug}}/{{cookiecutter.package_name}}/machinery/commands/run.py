@@ -116,9 +116,9 @@ def _run(
         disk_full_advice,
         real_time_slots_advice,
     )
-    from ..job.run.runner import run_start, startup_line
+    from ..job.run.runner import run_start
     from ..job.spark.connectors import require_connectors
-    from ..job.spark.session import log_dir, refused_confs
+    from ..job.spark.session import log_dir, refused_confs, startup_line
 
     print(startup_line(spark, settings), file=remarks_to, flush=True)
     refused = refused_confs(spark, settings)

@@ -64,20 +64,6 @@ def follow_plan(
     return plan
 
 
-def startup_line(spark: SparkSession, settings: Settings) -> str:
-    store = settings.state_store
-    changelog = " with changelog checkpointing" if store.changelog_checkpointing else ""
-    writer = f" ({settings.sink.delta_writer})" if settings.sink.delta_writer else ""
-    sources = " + ".join(source.type for source in settings.inputs.values())
-    through = f" through Spark Connect {settings.spark.connect_url_shown}" if is_connect(spark) else ""
-    return (
-        f"{settings.query.name}: Spark {spark.version} on {spark.conf.get('spark.master', None)}{through},"
-        f" {sources} ->"
-        f" {settings.sink.type}{writer}, state store {store.provider}{changelog},"
-        f" {settings.spark.shuffle_partitions} shuffle partitions, checkpoint {settings.query.checkpoint_location}"
-    )
-
-
 LAST_EVENTS_SECONDS = 10.0
 UNTRACKED_ROWS = (
     "state rows: state_store.rocksdb.track_total_number_of_rows is false, so Spark counts none (its progress"

@@ -221,6 +221,21 @@ PINNED_CONFS = (
 )
 
 
+def startup_line(spark: SparkSession, settings: Settings) -> str:
+    """The line a start begins with: the Spark it runs on, its input and output, the state store, the checkpoint."""
+    store = settings.state_store
+    changelog = " with changelog checkpointing" if store.changelog_checkpointing else ""
+    writer = f" ({settings.sink.delta_writer})" if settings.sink.delta_writer else ""
+    sources = " + ".join(source.type for source in settings.inputs.values())
+    through = f" through Spark Connect {settings.spark.connect_url_shown}" if is_connect(spark) else ""
+    return (
+        f"{settings.query.name}: Spark {spark.version} on {spark.conf.get('spark.master', None)}{through},"
+        f" {sources} ->"
+        f" {settings.sink.type}{writer}, state store {store.provider}{changelog},"
+        f" {settings.spark.shuffle_partitions} shuffle partitions, checkpoint {settings.query.checkpoint_location}"
+    )
+
+
 def refused_confs(spark: SparkSession, settings: Settings) -> list[str]:
     """On Spark Connect, the job's confs that the server does not let a session set, left with its own
     value; SettingsError where that value differs from one the checkpoint pins."""

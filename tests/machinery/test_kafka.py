@@ -34,7 +34,7 @@ from .conftest import (
     kafka_job,
     kafka_offsets,
     produce,
-    run_cli_process,
+    run_cli,
     run_main,
     run_python,
 )
@@ -301,7 +301,7 @@ def test_orders_and_payments_from_kafka_into_delta_then_the_order_waiting_for_it
     assert result.returncode == 0, result.stderr[-3000:]
     assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
 
-    lookup = run_cli_process("inspect", "--settings", str(path), "--key", "key-119", "--json")
+    lookup = run_cli("inspect", "--settings", str(path), "--key", "key-119", "--json")
     assert lookup.returncode == 0, lookup.stderr[-3000:]
     order = json.loads(lookup.stdout)
     assert order["held"] and order["why"].startswith(

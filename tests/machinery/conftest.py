@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -155,24 +156,26 @@ def project_copy(folder: Path, query_edits: dict[str, str], module: str = "query
 
 
 @contextlib.contextmanager
-def edited_query(query_edits: Mapping[str, str]) -> Iterator[None]:
+def edited_query(query_edits: Mapping[str, str], module: str = "query.py") -> Iterator[None]:
     """For the block, this process's commands (run_cli, run_main) and the machinery run the package's
-    query.py with edits (as project_copy makes them), on the shared session: the module is compiled
-    from the edited text under its own name, and the contract's cached module dropped before and after."""
-    name = f"{PACKAGE_DIR.name}.query"
-    module = types.ModuleType(name)
-    module.__file__ = str(PACKAGE_DIR / "query.py")
-    module.__package__ = PACKAGE_DIR.name
-    saved, package = sys.modules[name], sys.modules[PACKAGE_DIR.name]
-    sys.modules[name] = module
-    package.query = module  # type: ignore[attr-defined]
+    query.py (or another module of the user's, as project_copy takes) with edits, on the shared session:
+    the module is compiled from the edited text under its own name, and the contract's cached module dropped
+    before and after. Spark's Python workers import the files: an edited processor serves only what the
+    driver does with it (its declared state, a refusal before the query starts)."""
+    name = f"{PACKAGE_DIR.name}.{Path(module).stem}"
+    edited = types.ModuleType(name)
+    edited.__file__ = str(PACKAGE_DIR / module)
+    edited.__package__ = PACKAGE_DIR.name
+    saved, package = importlib.import_module(name), sys.modules[PACKAGE_DIR.name]
+    sys.modules[name] = edited
+    setattr(package, Path(module).stem, edited)
     user_query.cache_clear()
     try:
-        exec(compile(edited_source("query.py", query_edits), module.__file__, "exec"), module.__dict__)
+        exec(compile(edited_source(module, query_edits), edited.__file__, "exec"), edited.__dict__)
         yield
     finally:
         sys.modules[name] = saved
-        package.query = saved  # type: ignore[attr-defined]
+        setattr(package, Path(module).stem, saved)
         user_query.cache_clear()
 
 

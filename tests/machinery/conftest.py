@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -155,24 +156,26 @@ def project_copy(folder: Path, query_edits: dict[str, str], module: str = "query
 
 
 @contextlib.contextmanager
-def edited_query(query_edits: Mapping[str, str]) -> Iterator[None]:
+def edited_query(query_edits: Mapping[str, str], module: str = "query.py") -> Iterator[None]:
     """For the block, this process's commands (run_cli, run_main) and the machinery run the package's
-    query.py with edits (as project_copy makes them), on the shared session: the module is compiled
-    from the edited text under its own name, and the contract's cached module dropped before and after."""
-    name = f"{PACKAGE_DIR.name}.query"
-    module = types.ModuleType(name)
-    module.__file__ = str(PACKAGE_DIR / "query.py")
-    module.__package__ = PACKAGE_DIR.name
-    saved, package = sys.modules[name], sys.modules[PACKAGE_DIR.name]
-    sys.modules[name] = module
-    package.query = module  # type: ignore[attr-defined]
+    query.py (or another module of the user's, as project_copy takes) with edits, on the shared session:
+    the module is compiled from the edited text under its own name, and the contract's cached module dropped
+    before and after. Spark's Python workers import the files: an edited processor serves only what the
+    driver does with it (its declared state, a refusal before the query starts)."""
+    name = f"{PACKAGE_DIR.name}.{Path(module).stem}"
+    edited = types.ModuleType(name)
+    edited.__file__ = str(PACKAGE_DIR / module)
+    edited.__package__ = PACKAGE_DIR.name
+    saved, package = importlib.import_module(name), sys.modules[PACKAGE_DIR.name]
+    sys.modules[name] = edited
+    setattr(package, Path(module).stem, edited)
     user_query.cache_clear()
     try:
-        exec(compile(edited_source("query.py", query_edits), module.__file__, "exec"), module.__dict__)
+        exec(compile(edited_source(module, query_edits), edited.__file__, "exec"), edited.__dict__)
         yield
     finally:
         sys.modules[name] = saved
-        package.query = saved  # type: ignore[attr-defined]
+        setattr(package, Path(module).stem, saved)
         user_query.cache_clear()
 
 
@@ -322,11 +325,52 @@ def kafka_job(
         landing = sorted(Path(changes[section]["files"]["path"]).glob("events-*.json"))
         lines = [path.read_text().splitlines() for path in landing]
         topic = topics[number] if topics else f"{tmp_path.name}-{section}"
-        local_kafka.create_topic(broker.bootstrap, topic)
-        local_kafka.produce(broker.bootstrap, topic, (line for file in lines for line in file))
+        create_topic(broker.bootstrap, topic)
+        produce(broker.bootstrap, topic, (line for file in lines for line in file))
         kafka = {"bootstrap_servers": broker.bootstrap, "topic": topic, "max_offsets_per_trigger": len(lines[0])}
         changes[section] = deep_merge(changes[section], {"type": "kafka", "kafka": kafka})
     return changes
+
+
+# A topic made and records written by Kafka's own client in this run's shared session, whose JVM has Spark's
+# Kafka connector and its kafka-clients, where local_kafka's create_topic and produce start a JVM of Kafka's
+# command-line tools each (3 to 5 s a call on 2 cores, some 60 calls a CI run). test_kafka's
+# starting-offsets proof makes its topic with the project's own tools.
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    """local_kafka.create_topic in this process: the topic, unless it exists."""
+    jvm = SparkSession.builder.getOrCreate()._jvm
+    admin = jvm.org.apache.kafka.clients.admin.Admin.create(_kafka_client_properties(jvm, bootstrap))
+    try:
+        if not admin.listTopics().names().get().contains(topic):
+            optional = jvm.java.util.Optional
+            # The broker's default replication factor: 1 (its only broker).
+            new = jvm.org.apache.kafka.clients.admin.NewTopic(topic, optional.of(partitions), optional.empty())
+            admin.createTopics(jvm.java.util.Collections.singletonList(new)).all().get()
+    finally:
+        admin.close()
+
+
+def produce(bootstrap: str, topic: str, values: Iterable[str]) -> None:
+    """local_kafka.produce in this process: one record per value, in order, with no key, each acknowledged."""
+    jvm = SparkSession.builder.getOrCreate()._jvm
+    properties = _kafka_client_properties(jvm, bootstrap)
+    for serializer in ("key.serializer", "value.serializer"):
+        properties.put(serializer, "org.apache.kafka.common.serialization.StringSerializer")
+    producer = jvm.org.apache.kafka.clients.producer.KafkaProducer(properties)
+    try:
+        record = jvm.org.apache.kafka.clients.producer.ProducerRecord
+        sent = [producer.send(record(topic, value.replace("\n", " "))) for value in values]
+        producer.flush()
+        for each in sent:
+            each.get()
+    finally:
+        producer.close()
+
+
+def _kafka_client_properties(jvm: Any, bootstrap: str) -> Any:
+    properties = jvm.java.util.Properties()
+    properties.put("bootstrap.servers", bootstrap)
+    return properties
 
 
 def kafka_offsets(checkpoint: Path | str, batch: int) -> dict[str, dict[str, int]]:

@@ -28,7 +28,6 @@ from stream_job.machinery.job.endpoints.output import read_output
 from stream_job.machinery.job.endpoints.sources import events_from_json, without_bad_records
 from stream_job.machinery.job.run.advice import bad_record_advice
 from stream_job.machinery.job.run.progress import StateWatchdog, format_progress
-from stream_job.machinery.operations import local_kafka
 from stream_job.query import EVENT_SCHEMA
 
 from .conftest import (
@@ -43,6 +42,7 @@ from .conftest import (
     files_job,
     jvm_free,
     kafka_job,
+    produce,
     run_main,
     run_python,
 )
@@ -272,7 +272,7 @@ def test_a_kafka_record_without_a_usable_event_time_is_named_by_partition_and_of
     equals the batch job on the files."""
     changes = kafka_job(tmp_path, kafka_broker, "parquet", ANY_PROVIDER, files=3)
     topic = changes["source"]["kafka"]["topic"]
-    local_kafka.produce(kafka_broker.bootstrap, topic, [json.dumps(NULL_TIME), BAD_LINES[2]])  # offsets 120, 121
+    produce(kafka_broker.bootstrap, topic, [json.dumps(NULL_TIME), BAD_LINES[2]])  # offsets 120, 121
     expected = batch_expectation(spark, make_settings(changes))
 
     failed = run_main("--settings", str(write_settings(changes)))  # the shared session has the Kafka connector

@@ -27,12 +27,14 @@ from .conftest import (
     batch_expectation,
     clean_env,
     committed_batches,
+    create_topic,
     digest,
     files_job,
     jvm_free,
     kafka_job,
     kafka_offsets,
-    run_cli_process,
+    produce,
+    run_cli,
     run_main,
     run_python,
 )
@@ -80,8 +82,8 @@ def test_topic_pattern_and_max_offsets_per_trigger_are_honoured(kafka_broker, wr
     lines = event_lines(tmp_path)  # 80 events
     prefix = tmp_path.name
     for topic, values in ((f"{prefix}-a", lines[:40]), (f"{prefix}-b", lines[40:]), (f"{prefix}-other", lines)):
-        local_kafka.create_topic(kafka_broker.bootstrap, topic)
-        local_kafka.produce(kafka_broker.bootstrap, topic, values)
+        create_topic(kafka_broker.bootstrap, topic)
+        produce(kafka_broker.bootstrap, topic, values)
     changes = job_on_topic(
         tmp_path,
         kafka_broker.bootstrap,
@@ -139,8 +141,8 @@ def test_sasl_reads_with_the_password_from_the_named_variable_and_never_prints_i
 ):
     (user, password), lines = next(iter(KAFKA_USERS.items())), event_lines(tmp_path, files=1)
     topic = f"{tmp_path.name}-t"
-    local_kafka.create_topic(kafka_broker.bootstrap, topic)
-    local_kafka.produce(kafka_broker.bootstrap, topic, lines)
+    create_topic(kafka_broker.bootstrap, topic)
+    produce(kafka_broker.bootstrap, topic, lines)
     sasl = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism, "sasl_username": user}
     sasl["sasl_password_env"] = PASSWORD_ENV
     path = write_settings(job_on_topic(tmp_path, kafka_broker.sasl_bootstrap, topic=topic, **sasl))
@@ -163,7 +165,7 @@ REFUSED_ALICE = (
 
 def test_wrong_credentials_are_one_line_and_start_nothing(spark, kafka_broker, write_settings, tmp_path):
     topic = f"{tmp_path.name}-t"
-    local_kafka.create_topic(kafka_broker.bootstrap, topic)
+    create_topic(kafka_broker.bootstrap, topic)
     sasl = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256", "sasl_username": "alice"}
     path = write_settings(
         job_on_topic(tmp_path, kafka_broker.sasl_bootstrap, topic=topic, sasl_password_env=PASSWORD_ENV, **sasl)
@@ -220,7 +222,7 @@ def test_a_malformed_value_stops_the_batch_with_fail_and_is_skipped_with_drop(
     """One record that is not JSON among good ones: fail stops uncommitted, drop then goes on and loses no good row."""
     changes = kafka_job(tmp_path, kafka_broker, "parquet", ANY_PROVIDER, files=3)
     topic = changes["source"]["kafka"]["topic"]
-    local_kafka.produce(kafka_broker.bootstrap, topic, ["{not json"])  # after the 3 files
+    produce(kafka_broker.bootstrap, topic, ["{not json"])  # after the 3 files
     changes["source"]["kafka"]["max_offsets_per_trigger"] = None  # one batch, the bad record in it
     path = write_settings(changes)
     settings = make_settings(changes)
@@ -252,15 +254,15 @@ def test_records_deleted_before_they_were_read_stop_the_job_or_are_skipped(kafka
     """failOnDataLoss: true stops with the data-loss line and commits nothing more; false goes on without them."""
     lines = event_lines(tmp_path)
     topic = f"{tmp_path.name}-t"
-    local_kafka.create_topic(kafka_broker.bootstrap, topic)
-    local_kafka.produce(kafka_broker.bootstrap, topic, lines[:40])
+    create_topic(kafka_broker.bootstrap, topic)
+    produce(kafka_broker.bootstrap, topic, lines[:40])
     changes = job_on_topic(tmp_path, kafka_broker.bootstrap, topic=topic, max_offsets_per_trigger=40)
     path = write_settings(changes)
     checkpoint = tmp_path / "checkpoint"
     first = run_job(path)  # available-now: the 40 records there are
     assert first.returncode == 0, first.stderr[-2000:]
     assert kafka_offsets(checkpoint, committed_batches(checkpoint)[-1]) == {topic: {"0": 40}}
-    local_kafka.produce(kafka_broker.bootstrap, topic, lines[40:])
+    produce(kafka_broker.bootstrap, topic, lines[40:])
 
     # Retention, by hand: records 40..59, which the job has not read, are gone.
     local_kafka.delete_records(kafka_broker.bootstrap, topic, 0, 60, tmp_path)
@@ -299,7 +301,7 @@ def test_orders_and_payments_from_kafka_into_delta_then_the_order_waiting_for_it
     assert result.returncode == 0, result.stderr[-3000:]
     assertDataFrameEqual(read_output(spark, settings.sink), batch_expectation(spark, settings))
 
-    lookup = run_cli_process("inspect", "--settings", str(path), "--key", "key-119", "--json")
+    lookup = run_cli("inspect", "--settings", str(path), "--key", "key-119", "--json")
     assert lookup.returncode == 0, lookup.stderr[-3000:]
     order = json.loads(lookup.stdout)
     assert order["held"] and order["why"].startswith(

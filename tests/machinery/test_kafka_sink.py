@@ -22,6 +22,7 @@ from .conftest import (
     DEFAULT_OPERATOR,
     batch_expectation,
     committed_batches,
+    create_topic,
     deep_merge,
     kafka_job,
     run_main,
@@ -39,7 +40,7 @@ KEY_COLUMNS = ["window_start", "key"]
 
 def kafka_sink(broker: local_kafka.Broker, topic: str, create: bool = True, **kafka: object) -> dict:
     if create:
-        local_kafka.create_topic(broker.bootstrap, topic)
+        create_topic(broker.bootstrap, topic)
     sink = {"bootstrap_servers": broker.bootstrap, "topic": topic, "key_columns": KEY_COLUMNS, **kafka}
     return {"sink": {"type": "kafka", "kafka": sink}}
 

@@ -11,12 +11,17 @@ the estimate gives, from the declared variables and capacity.map_entries_per_key
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import sys
+import types
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from pyspark import cloudpickle
 from pyspark.sql.types import LongType, StructField, StructType
 from stream_job.machinery.core.checkpoint.files import CheckpointRead, ColumnFamily
 from stream_job.machinery.core.plan_operators import PlanOperator
@@ -24,7 +29,16 @@ from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 from stream_job.machinery.job.guard.schema_evolution import schema_changes, with_ttl
 from stream_job.machinery.job.plan.processor_state import PLAN_NODE, StateVariable
 
-from .conftest import BAKED_OPERATOR, committed_batches, files_job, project_copy, run_python, write_settings_file
+from .conftest import (
+    BAKED_OPERATOR,
+    PACKAGE_DIR,
+    committed_batches,
+    edited_query,
+    files_job,
+    run_cli,
+    run_main,
+    write_settings_file,
+)
 
 pytestmark = [pytest.mark.streaming, pytest.mark.operator]
 
@@ -80,6 +94,23 @@ USE_PROCESSOR = {
 }
 
 
+@contextlib.contextmanager
+def processor_module() -> Iterator[None]:
+    """For the block, the package's `recent` module (PROCESSOR), which the edited query imports, in this
+    process alone: Spark's Python workers get its processor by value, as they have no file of it to import."""
+    name = f"{PACKAGE_DIR.name}.recent"
+    module = types.ModuleType(name)
+    module.__package__ = PACKAGE_DIR.name
+    exec(compile(PROCESSOR, str(PACKAGE_DIR / "recent.py"), "exec"), module.__dict__)
+    sys.modules[name] = module
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+        del sys.modules[name]
+
+
 def spark_rows_expected(landing: Path) -> int:
     """Spark's rows: per key first, events (one row however long), seen and types, and in counts a row per
     type the key has seen."""
@@ -94,10 +125,10 @@ def state_rows_of_last_batch(output: str) -> int:
 
 
 @pytest.mark.skipif(BAKED_OPERATOR != "custom_state", reason="the custom_state bake (its query calls sessions.py)")
-def test_a_processor_with_ttl_list_and_map_state_restarts_and_is_counted_as_spark_counts_it(tmp_path):
-    project = project_copy(tmp_path, USE_PROCESSOR)
-    package = next(path.parent for path in project.glob("*/query.py"))
-    (package / "recent.py").write_text(PROCESSOR)
+def test_a_processor_with_ttl_list_and_map_state_restarts_and_is_counted_as_spark_counts_it(spark, tmp_path):
+    """The runs and inspect in this process, on the shared session: the restart is the guard's and Spark's
+    reading of the checkpoint, not a process's (test_inspect proves inspect in a fresh JVM, test_exactly_once
+    restarts in fresh processes)."""
     changes = files_job(tmp_path, "parquet", "rocksdb", files=1)
     landing = Path(changes["source"]["files"]["path"])
     for file in landing.iterdir():  # the job's sample shape has 4 keys: this processor's test wants 20
@@ -110,23 +141,24 @@ def test_a_processor_with_ttl_list_and_map_state_restarts_and_is_counted_as_spar
     changes["spark"]["conf"] = {"spark.ui.enabled": "false"}
     settings = write_settings_file(tmp_path / "settings.yaml", changes)
 
-    first = run_python("main.py", "--settings", str(settings), "--max-batches", "2", cwd=project)
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
-    spark_rows = state_rows_of_last_batch(first.stdout)
-    assert spark_rows == spark_rows_expected(landing), first.stdout[-1500:]
+    with processor_module(), edited_query(USE_PROCESSOR):
+        first = run_main("--settings", str(settings), "--max-batches", "2")
+        assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+        spark_rows = state_rows_of_last_batch(first.stdout)
+        assert spark_rows == spark_rows_expected(landing), first.stdout[-1500:]
 
-    inspected = run_python("-m", package.name, "inspect", "--settings", str(settings), "--json", cwd=project)
-    assert inspected.returncode == 0, inspected.stderr[-3000:]
-    report = json.loads(inspected.stdout)
-    assert report["state_rows"] == spark_rows, report["operators"][0]["stores"]
-    estimate = report["estimate"]["state_rows"]
-    assert abs(estimate - spark_rows) <= 0.25 * spark_rows, (estimate, spark_rows)
+        inspected = run_cli("inspect", "--settings", str(settings), "--json")
+        assert inspected.returncode == 0, inspected.stderr[-3000:]
+        report = json.loads(inspected.stdout)
+        assert report["state_rows"] == spark_rows, report["operators"][0]["stores"]
+        estimate = report["estimate"]["state_rows"]
+        assert abs(estimate - spark_rows) <= 0.25 * spark_rows, (estimate, spark_rows)
 
-    # The unchanged query restarts through the guard: the TTL'd variables' stored wrapper is no change.
-    write_sample_files(landing, files=1, **shape)
-    second = run_python("main.py", "--settings", str(settings), "--max-batches", "1", cwd=project)
-    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
-    assert "state schema:" not in second.stdout + second.stderr
+        # The unchanged query restarts through the guard: the TTL'd variables' stored wrapper is no change.
+        write_sample_files(landing, files=1, **shape)
+        second = run_main("--settings", str(settings), "--max-batches", "1")
+        assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
+        assert "state schema:" not in second.stdout + second.stderr
     assert committed_batches(changes["query"]["checkpoint_location"])[-1] >= 2
 
 

@@ -34,12 +34,14 @@ from .conftest import (
     PROJECT_DIR,
     clean_env,
     committed_batches,
+    create_topic,
     deep_merge,
     digest,
     edited_query,
     files_job,
     jvm_free,
     kafka_offsets,
+    produce,
     project_copy,
     run_cli,
     run_cli_process,
@@ -150,7 +152,7 @@ def real_time_job(broker: local_kafka.Broker, tmp_path: Path, shuffle_partitions
     """Settings of a real-time run from a one-partition topic to another, and the topics' names."""
     topics = {"in": f"{tmp_path.name}-in", "out": f"{tmp_path.name}-out"}
     for topic in topics.values():
-        local_kafka.create_topic(broker.bootstrap, topic)
+        create_topic(broker.bootstrap, topic)
     kafka = {"bootstrap_servers": broker.bootstrap}
     changes = deep_merge(
         REAL_TIME,
@@ -186,14 +188,14 @@ def killed_mid_stream(spark, path: Path, broker, topics: dict, produced: list[st
     """Run the job as a process (in cwd) on `produced`, SIGKILL it while a batch runs whose results are out;
     return that batch, which the checkpoint has not committed."""
     checkpoint = path.parent / "checkpoint"
-    local_kafka.produce(broker.bootstrap, topics["in"], produced[: len(produced) // 2])
+    produce(broker.bootstrap, topics["in"], produced[: len(produced) // 2])
     with open(log, "w") as output:
         process = start_job(path, output, cwd=cwd)
         try:
             wait_for(lambda: len(committed_batches(checkpoint)) >= 2, "two committed batches", process)
             # Then the rest, read and written by the batch in flight, which the kill abandons uncommitted.
             written = len(records(spark, broker.bootstrap, topics["out"]).collect())
-            local_kafka.produce(broker.bootstrap, topics["in"], produced[len(produced) // 2 :])
+            produce(broker.bootstrap, topics["in"], produced[len(produced) // 2 :])
             wait_for(
                 lambda: len(records(spark, broker.bootstrap, topics["out"]).collect()) > written, "results", process
             )
@@ -211,10 +213,16 @@ def killed_mid_stream(spark, path: Path, broker, topics: dict, produced: list[st
     return in_flight
 
 
-def restarted(path: Path, in_flight: int, seconds: int = 10) -> subprocess.CompletedProcess[str]:
-    """The job run again in this process for `seconds`, the batch the kill abandoned run again first, stopped
-    on a batch boundary."""
-    run = run_main("--settings", str(path), "--timeout", str(seconds))
+# Batches of a restart in real time: the one the kill abandoned, run again, then one for what was sent while
+# the job was down; the stop lets the batch then in flight commit too (a busy machine may start a batch's
+# tasks too late to read in it). Each takes about 1.5 s on 2 cores, where --timeout 10 ran some 7.
+RESTART_BATCHES = 2
+
+
+def restarted(path: Path, in_flight: int) -> subprocess.CompletedProcess[str]:
+    """The job run again in this process for RESTART_BATCHES batches, the batch the kill abandoned run again
+    first, stopped on a batch boundary."""
+    run = run_main("--settings", str(path), "--max-batches", str(RESTART_BATCHES))
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"batch {in_flight}:" in run.stdout
     assert "stopped on a batch boundary" in run.stdout, run.stdout[-3000:]
@@ -248,7 +256,7 @@ def test_a_deduplication_killed_mid_stream_in_real_time_writes_each_event_and_re
     path = write_settings(changes)
     copy = project_copy(tmp_path, DEDUPLICATION)
     in_flight = killed_mid_stream(spark, path, kafka_broker, topics, SENT, copy, tmp_path / "first-run.log")
-    local_kafka.produce(kafka_broker.bootstrap, topics["in"], WHILE_DOWN)
+    produce(kafka_broker.bootstrap, topics["in"], WHILE_DOWN)
     with edited_query(DEDUPLICATION):
         restarted(path, in_flight)
     written = values_by_key(spark, kafka_broker, topics["out"])
@@ -289,7 +297,7 @@ def test_a_windowed_count_killed_mid_stream_in_real_time_counts_each_event_once_
     changes, topics = real_time_job(kafka_broker, tmp_path)
     path = write_settings(changes)
     in_flight = killed_mid_stream(spark, path, kafka_broker, topics, SENT, PROJECT_DIR, tmp_path / "first-run.log")
-    local_kafka.produce(kafka_broker.bootstrap, topics["in"], WHILE_DOWN)
+    produce(kafka_broker.bootstrap, topics["in"], WHILE_DOWN)
     restarted(path, in_flight)
     expected = window_counts(SENT + WHILE_DOWN)
     # A count written twice (the replayed batch's) is the same count: no event counted twice, none missed.
@@ -297,9 +305,9 @@ def test_a_windowed_count_killed_mid_stream_in_real_time_counts_each_event_once_
 
     # The same checkpoint goes on in micro-batches, as Spark allows: the guard lets it, the counts go on.
     later = events(110, 10)
-    local_kafka.produce(kafka_broker.bootstrap, topics["in"], later)
+    produce(kafka_broker.bootstrap, topics["in"], later)
     micro = write_settings(deep_merge(changes, {"query": {"trigger": "1 second"}}), name="micro-batch.yaml")
-    run = run_main("--settings", str(micro), "--timeout", "8")
+    run = run_main("--settings", str(micro), "--max-batches", "1")  # a micro-batch reads all there is
     assert run.returncode == 0, run.stderr[-3000:]
     assert latest_counts(values_by_key(spark, kafka_broker, topics["out"])) == dict(
         window_counts(SENT + WHILE_DOWN + later)
@@ -413,7 +421,7 @@ def test_a_bad_record_in_real_time_is_the_jobs_one_line_as_in_micro_batches(
     changes, topics = real_time_job(kafka_broker, tmp_path, shuffle_partitions=4)
     changes["spark"]["master"] = "local[5]"
     before = events(0, 5)
-    local_kafka.produce(kafka_broker.bootstrap, topics["in"], [*before, BROKEN, *events(5, 5)])
+    produce(kafka_broker.bootstrap, topics["in"], [*before, BROKEN, *events(5, 5)])
 
     failed = run_python("main.py", "--settings", str(write_settings(changes)), env=clean_env())
 
@@ -446,7 +454,7 @@ def test_partitions_added_to_the_source_topic_while_real_time_runs_are_one_line_
     says the cores it needs."""
     changes, topics = real_time_job(kafka_broker, tmp_path)
     path = write_settings(changes)
-    local_kafka.produce(kafka_broker.bootstrap, topics["in"], events(0, 10))
+    produce(kafka_broker.bootstrap, topics["in"], events(0, 10))
     alter = ("--bootstrap-server", kafka_broker.bootstrap, "--alter", "--topic", topics["in"], "--partitions", "2")
 
     adding = once_committed(tmp_path / "checkpoint", lambda: local_kafka.run_tool(local_kafka.TOPIC_COMMAND, *alter))
@@ -484,7 +492,7 @@ def test_a_broker_stopped_while_real_time_runs_is_one_line_and_the_start_once_it
     }
     path = write_settings(changes)
     sent = events(0, 20)
-    local_kafka.produce(kafka_broker.bootstrap, topics["in"], sent)
+    produce(kafka_broker.bootstrap, topics["in"], sent)
 
     stopping = once_committed(tmp_path / "checkpoint", lambda: local_kafka.stop(kafka_broker.directory))
     try:
@@ -503,6 +511,6 @@ def test_a_broker_stopped_while_real_time_runs_is_one_line_and_the_start_once_it
         " written again to a Kafka sink, which is at least once)"
     )
     later = events(20, 10)
-    local_kafka.produce(kafka_broker.bootstrap, topics["in"], later)
-    assert run_main("--settings", str(path), "--timeout", "8").returncode == 0
+    produce(kafka_broker.bootstrap, topics["in"], later)
+    assert run_main("--settings", str(path), "--max-batches", str(RESTART_BATCHES)).returncode == 0
     assert latest_counts(values_by_key(spark, kafka_broker, topics["out"])) == dict(window_counts(sent + later))

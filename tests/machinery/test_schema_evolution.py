@@ -73,14 +73,10 @@ def first_run(
 
 def edited(folder: Path, edits: dict[str, str]) -> Path:
     """The project with its sessions.py edited, as a user would, and its log configuration (a quiet console):
-    a copy run in processes, since Spark's Python workers import the processor from the files."""
+    a copy run in a process of its own, since Spark's Python workers import the processor from the files."""
     project = project_copy(folder, edits, module="sessions.py")
     shutil.copy(PROJECT_DIR / "log4j2.properties", project)
     return project
-
-
-def check_in(project: Path, settings: Path):
-    return run_python("-m", "stream_job", "check", "--settings", str(settings), env=clean_env(), cwd=project)
 
 
 def one_line(result, start: str) -> str:
@@ -108,25 +104,29 @@ def test_a_nullable_field_added_is_accepted_and_a_narrowed_one_refused_with_avro
     assert "state_store.encoding_format is unsaferow in settings, but the checkpoint" in drift
     assert "holds avro:" in drift and "set state_store.encoding_format back to avro" in drift
 
-    # A narrowed field: check names it, the start refuses it in the same words, the checkpoint untouched.
-    narrowed = edited(tmp_path / "narrowed", NARROW_VISITS)
-    refusal = one_line(check_in(narrowed, path), "checkpoint error: the state's schema changed in a way Spark refuses:")
+    # A narrowed field: check names it, the start refuses it in the same words, the checkpoint untouched
+    # (in this process: the refusal comes before the query starts).
+    with edited_query(NARROW_VISITS, module="sessions.py"):
+        checked = run_cli("check", "--settings", str(path))
+        started = run_main("--settings", str(path))
+    refusal = one_line(checked, "checkpoint error: the state's schema changed in a way Spark refuses:")
     assert "custom_state (operator 0), state variable session: field visits changed from bigint to int" in refusal, (
         refusal
     )
     assert "Either change the processor's state schema back, or set query.checkpoint_location" in refusal
-    started = run_python("main.py", "--settings", str(path), env=clean_env(), cwd=narrowed)
     assert one_line(started, "checkpoint error: ") == refusal
     assert digest(checkpoint) == held
 
-    # A nullable field added: accepted, and said so; the restart carries the sessions on.
-    added = edited(tmp_path / "added", ADD_CHANNEL)
-    checked = check_in(added, path)
+    # A nullable field added: accepted, and said so; the restart, in a process of its own (its console and
+    # log files are proven), carries the sessions on.
+    with edited_query(ADD_CHANNEL, module="sessions.py"):
+        checked = run_cli("check", "--settings", str(path))
     assert checked.returncode == 0, checked.stderr[-3000:]
     assert (
         "state schema: custom_state (operator 0), state variable session: field channel string added"
         " (null in the state already kept); Spark accepts it" in checked.stdout.splitlines()
     ), checked.stdout
+    added = edited(tmp_path / "added", ADD_CHANNEL)
     for file in waiting:
         file.rename(Path(changes["source"]["files"]["path"]) / file.name)
     rest = run_python("main.py", "--settings", str(path), env=clean_env(), cwd=added)
@@ -149,8 +149,9 @@ def test_unsaferow_refuses_a_nullable_field_added(write_settings, tmp_path):
     path, _, _ = first_run(tmp_path, write_settings, "unsaferow", files=2)
     checkpoint = tmp_path / "checkpoint"
     held = digest(checkpoint)
-    added = edited(tmp_path / "added", ADD_CHANNEL)
-    refusal = one_line(check_in(added, path), "checkpoint error: the state's schema changed in a way Spark refuses:")
+    with edited_query(ADD_CHANNEL, module="sessions.py"):
+        checked = run_cli("check", "--settings", str(path))
+    refusal = one_line(checked, "checkpoint error: the state's schema changed in a way Spark refuses:")
     assert (
         "state variable session: field channel added: with the UnsafeRow encoding (unsaferow) Spark keeps a"
         " state's fields as they were; only a checkpoint started with state_store.encoding_format avro takes"

@@ -21,10 +21,10 @@ from .class_archive import java_options
 TEMPLATE = Path(__file__).resolve().parents[1]
 
 # CI balance (make test runs with -n 2 --dist loadgroup): the longest runs are xdist groups, handed out
-# first: the default bake's machinery proofs (two runs, about 22 minutes of a worker together on 2 cores in
-# CI, then the real-time bake's 3.5) to one worker, the three operator bakes', the third default-bake run
-# (chains, state files and update mode into Delta) and the Connect bake's (about 25 minutes together) to the
-# other. The short tests (some 7 minutes) go one at a time to the worker that runs out of work first (xdist
+# first: the default bake's machinery proofs (two runs, about 25 minutes of a worker together on 2 cores in
+# the last CI, then the real-time bake's 2.7) to one worker, the three operator bakes', the third default-bake
+# run (chains, state files and update mode into Delta) and the Connect bake's (about 28 minutes together) to
+# the other. The short tests (some 5 minutes) go one at a time to the worker that runs out of work first (xdist
 # hands a worker more once it has 2 tests or fewer left), so the two end together while the groups differ by
 # less than they take. Measured: with the chains and state files queued behind the default bake's runs
 # instead, that worker ran 22:29 of pytest's 22:31 while the other idled for its last 2 minutes. Left to

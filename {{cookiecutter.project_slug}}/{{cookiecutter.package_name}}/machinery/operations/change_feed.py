@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.checkpoint.files import Files, local_checkpoint
-from ..job.spark.session_files import checkpoint_files
+from ..core.checkpoint.files import Files
+from ..job.spark.session_files import checkpoint_reader
 from .state_reader import read_changes
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
@@ -60,7 +60,8 @@ def feed_plan(spark: SparkSession, location: str, metadata: list[Any], batch: in
     for, in its first and last partition: a repartition starts the change files of new partitions."""
     first = max(row.minBatchId for row in metadata)
     stores = {(str(row.operatorId), row.stateStoreName) for row in metadata}
-    files, checkpoint = checkpoint_files(spark, location), local_checkpoint(location) or Path(location)
+    reader = checkpoint_reader(spark, location)
+    files, checkpoint = reader.files(), reader.root
     for operator_id, store in sorted(stores):
         for partition in sorted({0, partitions - 1}):
             folder = checkpoint / "state" / operator_id / str(partition)

@@ -28,7 +28,7 @@ demo: setup check-java ## bake with the default answers, run the job for a few b
 
 test: setup check-java ## run all tests: bakes, bad answers, and the generated projects' own tests and ruff
 	$(MAKE) --no-print-directory -j2 connectors jvm-archive real-time-spark
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -n 3 --dist loadgroup
 
 connectors: setup check-java ## fetch the delta-spark and Kafka connector JARs (Ivy) and the local Kafka broker (mvn), once, from Maven Central
 	$(BIN)/python tests/fetch_connectors.py
@@ -41,7 +41,7 @@ real-time-spark: setup ## the pyspark 4.3.0 the real-time proofs run on, over .v
 
 test-all: setup check-java ## make test plus the secondary proofs, the soak and the overhead benchmark's smoke run, which CI leaves out (about 28 minutes on 2 cores)
 	$(MAKE) --no-print-directory -j2 connectors jvm-archive real-time-spark
-	TEST_ALL=1 $(BIN)/python -m pytest -n 2 --dist loadgroup
+	TEST_ALL=1 $(BIN)/python -m pytest -n 3 --dist loadgroup
 
 test-fast: setup ## the tests that run no generated test suite
 	$(BIN)/python -m pytest -m "not slow"

@@ -7,16 +7,14 @@ each run copies them into a fresh bake and runs them there, on that bake's examp
 machinery is byte for byte the same in every bake (tests/test_bake.py proves it), so a test that
 does not depend on the operator runs once, in the default bake (in two runs, the crashes and Kafka's
 proofs and then the rest, so that no test item takes 15 minutes; the chains of test_chains.py, marker
-`chains`, and the savepoints and integrity faults, marker `state_files`, in a third run, which CI
-queues behind the operator bakes on the other worker: tests/conftest.py says why); a test marked
+`chains`, and the savepoints and integrity faults, marker `state_files`, in a third run: tests/conftest.py
+says which worker runs which); a test marked
 `operator` runs in the bake of every operator (a parametrized one may mark only some cases: inspect in a fresh process
 per operator on RocksDB, on HDFS in the default bake only; bench in the default bake and in
 custom_state's, which runs on RocksDB alone); the standalone cluster test (marker `cluster`) runs in the join bake,
 on RocksDB with two inputs. A test marked `secondary` proves what another proves more strictly
 (it names which); CI leaves it and the soak out to save time, `make test-all` (TEST_ALL=1) runs them.
-Markers choose, never test names. (The default bake's runs share one worker: split over the two
-workers they were measured slower, 32:14 against 28:25 for the whole CI, since two Spark-heavy runs
-side by side on 2 cores slow each other down.)
+Markers choose, never test names.
 """
 
 from __future__ import annotations
@@ -28,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from . import real_time_spark
-from .conftest import DEFAULT_BAKE, OTHER_BAKES, TEMPLATE, bake, run_in
+from . import class_archive, real_time_spark
+from .conftest import DEFAULT_BAKE, FAULTS_AND_JOIN, OTHER_BAKES, TEMPLATE, bake, run_in
 
 pytestmark = pytest.mark.slow
 
@@ -38,12 +36,12 @@ PROOFS = Path(__file__).resolve().parent / "machinery"
 # proofs run in a bake of their own (below).
 LEFT_OUT = ("" if os.environ.get("TEST_ALL") else " and not secondary and not soak") + " and not connect"
 BAKES = [
-    # The default bake's proofs in two runs of about equal length, one after the other on one worker
-    # (an xdist group): the crashes and the Kafka broker's proofs, then the rest.
+    # The default bake's proofs in two runs: the crashes and the Kafka broker's proofs (before the join
+    # bake's, on one worker), and the rest (before the real-time bake's, on another).
     pytest.param(
         {},
         "not cluster and not chains and not state_files and not delta_merge and (faults or kafka)" + LEFT_OUT,
-        marks=DEFAULT_BAKE,
+        marks=FAULTS_AND_JOIN,
         id="windowed_aggregation:faults-and-kafka",
     ),
     pytest.param(
@@ -58,7 +56,7 @@ BAKES = [
     pytest.param(
         {"stateful_operator": "stream_stream_join", "state_store_provider": "rocksdb"},
         "(operator or cluster)" + LEFT_OUT,
-        marks=OTHER_BAKES,
+        marks=FAULTS_AND_JOIN,
         id="stream_stream_join:operator-and-cluster",
     ),
     # RocksDB without changelog checkpointing: the store the other bakes do not crash.
@@ -70,8 +68,7 @@ BAKES = [
     ),
     # The chains of tests/machinery/test_chains.py, the savepoints and the integrity faults, and update mode
     # into Delta (test_delta_merge.py), in a default bake of their own (the custom_state chain runs in the
-    # custom_state bake: it needs its processor). On the operator bakes' worker, after them (tests/conftest.py
-    # says why).
+    # custom_state bake: it needs its processor). On the worker of the custom_state and deduplication bakes.
     pytest.param(
         {},
         "(chains or state_files or delta_merge) and not operator" + LEFT_OUT,
@@ -79,12 +76,12 @@ BAKES = [
         id="windowed_aggregation:chains-state-files-and-merge",
     ),
     # Through a Spark Connect server (tests/machinery/test_connect.py starts it): a default bake of its own,
-    # on the operator bakes' worker, the shorter one.
+    # on the worker of the custom_state and deduplication bakes.
     pytest.param({}, "connect", marks=OTHER_BAKES, id="windowed_aggregation:connect"),
     # Spark's real-time mode, on pyspark 4.3.0 (tests/real_time_spark.py), the bake as generated: its Kafka
     # connector the proven 4.2.0, which the project takes by itself where Maven does not serve 4.3.0 (the
-    # mirror here does not; job/spark/connectors.py PROVEN_KAFKA_CONNECTORS). After the default bake's two runs, on
-    # their worker: the other bakes' worker is the longer one (about 2 minutes).
+    # mirror here does not; job/spark/connectors.py PROVEN_KAFKA_CONNECTORS). After the default bake's
+    # everything-else run, on its worker. Its JVMs map pyspark 4.3.0's own class-data archive.
     pytest.param(
         {"source": "kafka", "sink": "kafka", "real_time": True},
         "real_time",
@@ -104,14 +101,18 @@ def test_machinery_proofs_pass_in_a_real_bake(out, answers, markers, request):
         for operator in json.loads((TEMPLATE / "cookiecutter.json").read_text())["stateful_operator"][1:]:
             starter = bake(out / "starters", stateful_operator=operator)
             shutil.move(starter, project / "connect-starters" / operator)
-    python = real_time_spark.PYTHON if answers.get("real_time") else None
+    python, env = None, None
+    if answers.get("real_time"):  # its JVMs map pyspark 4.3.0's class-data archive, not .venv's
+        python = real_time_spark.PYTHON
+        options = os.environ.get("SPARK_SUBMIT_OPTS", "").replace(class_archive.java_options(), "")
+        env = {**os.environ, "SPARK_SUBMIT_OPTS": f"{options} {class_archive.java_options(real_time_spark.PYSPARK)}"}
     # -p tests.conftest: the bake's own Spark session fixture serves the proofs too.
     command = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", "machinery_tests", "-m", markers]
     # Each run takes at most about 10 minutes on 2 cores in CI (14 with make test-all's secondary proofs).
     # Each proof's duration, in JUnit XML under build/ beside the template's own (their 20 slowest in the log).
     name = f"machinery-{request.node.callspec.id.replace(':', '-')}"
     junit = TEMPLATE / "build" / "junit" / f"{name}.xml"
-    tests = run_in(project, *command, "--durations=20", f"--junitxml={junit}", timeout=1800, python=python)
+    tests = run_in(project, *command, "--durations=20", f"--junitxml={junit}", timeout=1800, python=python, env=env)
     # The proofs' whole output (a JVM's own words when it died at its start among them, and their 20
     # slowest: where CI's time goes) and the bake's JVM-start and connector-resolution logs, under build/.
     logs = TEMPLATE / "build" / "logs" / name

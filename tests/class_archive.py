@@ -11,9 +11,6 @@ path differs from the archive's (the standalone cluster's executors, a --driver-
 it, silently (-Xlog:cds=off). Test speed only; a generated project's own runs never use it.
 
     .venv/bin/python tests/class_archive.py     # make test runs it (its `jvm-archive` step)
-
-The real-time proofs' pyspark 4.3.0 has an archive of its own, made the same way by its interpreter
-(tests/real_time_spark.py).
 """
 
 from __future__ import annotations
@@ -28,14 +25,8 @@ from pathlib import Path
 import pyspark
 
 TEMPLATE = Path(__file__).resolve().parents[1]
-
-
-def archive(release: str) -> Path:
-    """Per pyspark release: its JARs are the archive's class path (a Java update only makes it unused)."""
-    return TEMPLATE / "build" / "jvm" / f"spark-{release}.jsa"
-
-
-ARCHIVE = archive(pyspark.__version__)
+# Per pyspark release: its JARs are the archive's class path (a Java update only makes the archive unused).
+ARCHIVE = TEMPLATE / "build" / "jvm" / f"spark-{pyspark.__version__}.jsa"
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a start that cannot use the archive says nothing of it
 # What the archive's JVM runs: a session, a batch query, and a windowed count with RocksDB state, available-now.
 WORKLOAD = """
@@ -65,10 +56,9 @@ gateway.proc.wait(timeout=300)
 """
 
 
-def java_options(release: str = pyspark.__version__) -> str:
-    """The JVM options that map the archive of that pyspark release, when this run has one (none otherwise)."""
-    path = archive(release)
-    return f"-XX:SharedArchiveFile={path} {QUIET}" if path.is_file() else ""
+def java_options() -> str:
+    """The JVM options that map the archive, when this run has one (none otherwise)."""
+    return f"-XX:SharedArchiveFile={ARCHIVE} {QUIET}" if ARCHIVE.is_file() else ""
 
 
 def main() -> None:

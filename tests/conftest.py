@@ -21,15 +21,15 @@ from .class_archive import java_options
 TEMPLATE = Path(__file__).resolve().parents[1]
 
 # CI balance (make test runs with -n 3 --dist loadgroup on 2 cores): the longest runs are xdist groups, each
-# handed to one worker, first: the default bake's everything-else run and the real-time bake's (about 24
-# minutes of a worker together in CI), its faults-and-Kafka run and the join bake's (23), and the custom_state,
-# deduplication, chains-and-merge and Connect bakes' (26). The short tests (some 10 worker-minutes) go one at a
-# time to the worker that runs out of work first (xdist hands a worker more once it has 2 tests or fewer left),
-# so the three end together while the groups differ by less than they take. A third worker on 2 cores: the
-# proofs wait on processes, the disk and their triggers for part of their time, which a third run fills; the
-# same proofs took 30:36 of pytest with two workers and 28:14 with three, in groups of 24, 28 and 20 minutes
-# (the longest set the end). Measured before: with the chains and state files queued behind the default
-# bake's runs, that worker ran 22:29 of pytest's 22:31 while the other idled for its last 2 minutes. Left to
+# handed to one worker, first: the default bake's everything-else run and the real-time bake's (29.7 minutes
+# of a worker together in the last CI, a slow one), its faults-and-Kafka run and the join bake's (28.4), and
+# the custom_state, deduplication, chains-and-merge and Connect bakes' (33.7). The short tests (some 10
+# worker-minutes) go one at a time to the worker that runs out of work first (xdist hands a worker more once
+# it has 2 tests or fewer left), so the three end together while the groups differ by less than they take.
+# A third worker on 2 cores: the proofs wait on processes, the disk and their triggers for part of their
+# time, which a third run fills; the same proofs took 30:36 of pytest with two workers and 28:14 with three,
+# one run after the other. Measured before: with the chains and state files queued behind the default bake's
+# runs, that worker ran 22:29 of pytest's 22:31 while the other idled for its last 2 minutes. Left to
 # worksteal, two long bakes queued behind each other on one worker (25:38 for the whole CI when it took 30;
 # 27:04 for pytest alone when pytest 9.2 silently broke the grouping, hence its pin and the check below).
 DEFAULT_BAKE = pytest.mark.xdist_group("default-bake")
@@ -137,11 +137,11 @@ def shared_session():
 
 
 def run_in(
-    project: Path, *args: str, timeout: float = 600, python: Path | None = None, env: dict[str, str] | None = None
+    project: Path, *args: str, timeout: float = 600, python: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run `python args...` inside a baked project, with this interpreter or `python` (and env, or this one)."""
+    """Run `python args...` inside a baked project, with this interpreter or `python`."""
     command = [str(python or sys.executable), *args]
-    return subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture

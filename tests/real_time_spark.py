@@ -28,15 +28,9 @@ def installed() -> bool:
 
 
 def main() -> None:
-    if not (PYTHON.exists() and installed()):
-        make_venv()
-    else:
+    if PYTHON.exists() and installed():
         print(f"real-time spark: {VENV} has pyspark {PYSPARK}")
-    # Its JVMs' class-data archive, as .venv's pyspark has one (a start of the bake's JVMs 5 s, not 27).
-    subprocess.run([str(PYTHON), str(TEMPLATE / "tests" / "class_archive.py")], check=True)
-
-
-def make_venv() -> None:
+        return
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
     subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", "--no-deps", f"pyspark=={PYSPARK}"], check=True)
     own = subprocess.run(

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from . import class_archive, real_time_spark
+from . import real_time_spark
 from .conftest import DEFAULT_BAKE, FAULTS_AND_JOIN, OTHER_BAKES, TEMPLATE, bake, run_in
 
 pytestmark = pytest.mark.slow
@@ -81,7 +81,8 @@ BAKES = [
     # Spark's real-time mode, on pyspark 4.3.0 (tests/real_time_spark.py), the bake as generated: its Kafka
     # connector the proven 4.2.0, which the project takes by itself where Maven does not serve 4.3.0 (the
     # mirror here does not; job/spark/connectors.py PROVEN_KAFKA_CONNECTORS). After the default bake's
-    # everything-else run, on its worker. Its JVMs map pyspark 4.3.0's own class-data archive.
+    # everything-else run, on its worker. Its JVMs start without a class-data archive: one of pyspark
+    # 4.3.0's own took 70 s of CI's set-up beside .venv's and saved about as much here (a wash).
     pytest.param(
         {"source": "kafka", "sink": "kafka", "real_time": True},
         "real_time",
@@ -101,18 +102,14 @@ def test_machinery_proofs_pass_in_a_real_bake(out, answers, markers, request):
         for operator in json.loads((TEMPLATE / "cookiecutter.json").read_text())["stateful_operator"][1:]:
             starter = bake(out / "starters", stateful_operator=operator)
             shutil.move(starter, project / "connect-starters" / operator)
-    python, env = None, None
-    if answers.get("real_time"):  # its JVMs map pyspark 4.3.0's class-data archive, not .venv's
-        python = real_time_spark.PYTHON
-        options = os.environ.get("SPARK_SUBMIT_OPTS", "").replace(class_archive.java_options(), "")
-        env = {**os.environ, "SPARK_SUBMIT_OPTS": f"{options} {class_archive.java_options(real_time_spark.PYSPARK)}"}
+    python = real_time_spark.PYTHON if answers.get("real_time") else None
     # -p tests.conftest: the bake's own Spark session fixture serves the proofs too.
     command = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", "machinery_tests", "-m", markers]
     # Each run takes at most about 10 minutes on 2 cores in CI (14 with make test-all's secondary proofs).
     # Each proof's duration, in JUnit XML under build/ beside the template's own (their 20 slowest in the log).
     name = f"machinery-{request.node.callspec.id.replace(':', '-')}"
     junit = TEMPLATE / "build" / "junit" / f"{name}.xml"
-    tests = run_in(project, *command, "--durations=20", f"--junitxml={junit}", timeout=1800, python=python, env=env)
+    tests = run_in(project, *command, "--durations=20", f"--junitxml={junit}", timeout=1800, python=python)
     # The proofs' whole output (a JVM's own words when it died at its start among them, and their 20
     # slowest: where CI's time goes) and the bake's JVM-start and connector-resolution logs, under build/.
     logs = TEMPLATE / "build" / "logs" / name

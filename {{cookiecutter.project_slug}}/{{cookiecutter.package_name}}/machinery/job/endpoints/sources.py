@@ -37,6 +37,12 @@ PARSED_FORMATS = ("json", "csv")
 SHOWN_CHARS = 100
 
 
+def read_inputs(spark: SparkSession, settings: Settings) -> tuple[DataFrame, DataFrame | None]:
+    """The stream of each input the settings name: the source's, and join_source's where it is set (else None)."""
+    streams = {section: read_events(spark, settings, section) for section in settings.inputs}
+    return streams["source"], streams.get("join_source")
+
+
 def read_events(spark: SparkSession, settings: Settings, section: str = "source") -> DataFrame:
     """The input of settings section `section` (source, or join_source) as a stream of events."""
     source = settings.inputs[section]

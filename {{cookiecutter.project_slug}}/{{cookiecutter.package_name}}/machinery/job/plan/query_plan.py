@@ -12,7 +12,7 @@ events flow.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -429,7 +429,8 @@ def _microseconds(value: object) -> str:
 def stand_in_result(spark: SparkSession, settings: Settings) -> DataFrame:
     """The query over stand-in streams of EVENT_SCHEMA: the plan of the real one, without its sources
     (so that reading the plan needs no Kafka connector, no broker and no landing files)."""
-    return query_result(spark, settings, stand_in_stream(spark), lambda: stand_in_stream(spark))
+    join_events = None if settings.join_source is None else stand_in_stream(spark)
+    return query_result(spark, settings, stand_in_stream(spark), join_events)
 
 
 def stand_in_stream(spark: SparkSession) -> DataFrame:
@@ -441,15 +442,15 @@ def stand_in_stream(spark: SparkSession) -> DataFrame:
 
 
 def query_result(
-    spark: SparkSession, settings: Settings, events: DataFrame, read_join_source: Callable[[], DataFrame]
+    spark: SparkSession, settings: Settings, events: DataFrame, join_events: DataFrame | None
 ) -> DataFrame:
-    """stateful_query on `events`, and on join_events: read_join_source() where join_source is set, else
-    None. A query that fails without join_events and reads them when given some is a SettingsError
-    naming join_source (fit_problems holds a join_source the query leaves unread)."""
+    """stateful_query on `events`, and on join_events: join_source's stream where it is set, else None. A
+    query that fails without join_events and reads them when given some is a SettingsError naming
+    join_source (fit_problems holds a join_source the query leaves unread)."""
     from ...core.settings import SettingsError
 
-    if settings.join_source is not None:
-        return _stateful_query(events, settings, read_join_source())
+    if join_events is not None:
+        return _stateful_query(events, settings, join_events)
     try:
         return _stateful_query(events, settings, None)
     except Exception:  # the query's own error, Spark's or Python's: it may be for want of join_events

@@ -15,7 +15,7 @@ from ...core.plan_operators import PlanOperator, chain, flow_order, unsized
 from ...core.settings import Settings, SettingsError
 from ..endpoints.kafka import source_partitions
 from ..endpoints.sinks import start_query
-from ..endpoints.sources import read_events
+from ..endpoints.sources import read_inputs
 from ..guard.real_time_checks import refuse_too_few_slots
 from ..guard.state_fit import check_fit
 from ..plan.merge_key import checked_output, merged_by_line
@@ -33,8 +33,7 @@ from .stopping import StopSignals, stop_on_batch_boundary, terminated
 
 def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
     """The whole query as a DataFrame: the source (and join_source, where set), then the stateful transform."""
-    events = read_events(spark, settings, "source")
-    return query_result(spark, settings, events, lambda: read_events(spark, settings, "join_source"))
+    return query_result(spark, settings, *read_inputs(spark, settings))
 
 
 def follow_plan(

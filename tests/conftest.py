@@ -28,7 +28,7 @@ TEMPLATE = Path(__file__).resolve().parents[1]
 # it has 2 tests or fewer left), so the three end together while the groups differ by less than they take.
 # A third worker on 2 cores: the proofs wait on processes, the disk and their triggers for part of their
 # time, which a third run fills; the same proofs took 30:36 of pytest with two workers and 28:14 with three,
-# one run after the other. Measured before: with the chains and state files queued behind the default bake's
+# one run after the other, and 37:02 and 36:10 in a second such pair on a slower day. Measured before: with the chains and state files queued behind the default bake's
 # runs, that worker ran 22:29 of pytest's 22:31 while the other idled for its last 2 minutes. Left to
 # worksteal, two long bakes queued behind each other on one worker (25:38 for the whole CI when it took 30;
 # 27:04 for pytest alone when pytest 9.2 silently broke the grouping, hence its pin and the check below).

@@ -429,8 +429,8 @@ def _microseconds(value: object) -> str:
 def stand_in_result(spark: SparkSession, settings: Settings) -> DataFrame:
     """The query over stand-in streams of EVENT_SCHEMA: the plan of the real one, without its sources
     (so that reading the plan needs no Kafka connector, no broker and no landing files)."""
-    join_events = None if settings.join_source is None else stand_in_stream(spark)
-    return query_result(spark, settings, stand_in_stream(spark), join_events)
+    events = stand_in_stream(spark)  # the source's first, as a start reads them
+    return query_result(spark, settings, events, None if settings.join_source is None else stand_in_stream(spark))
 
 
 def stand_in_stream(spark: SparkSession) -> DataFrame:

@@ -1,5 +1,5 @@
 """Fill Spark's Ivy cache with the connector JARs the proofs use (delta-spark, Spark's Kafka
-connector), and the local Kafka broker's JARs, once, before the parallel test workers start: each
+connector, Hadoop's S3 connector), and the local Kafka broker's JARs, once, before the parallel test workers start: each
 bake then resolves its connectors into its own connector-jars/ from the warm cache (a second of Ivy
 under the lock its resolutions take turns on) instead of a bake waiting for the other's download.
 It resolves them the way a generated project does: Ivy with the project's ivysettings.xml, and the
@@ -49,7 +49,8 @@ def delta_coordinate() -> str:
 def main() -> None:
     started = time.monotonic()
     kafka = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{machinery_module('job.spark.connectors').kafka_connector_version(pyspark.__version__)}"
-    coordinates = [delta_coordinate(), kafka]
+    # The S3 connector (hadoop-aws of pyspark's Hadoop, with the AWS SDK bundle: about 690 MB, once).
+    coordinates = [delta_coordinate(), kafka, machinery_module("job.spark.object_store").hadoop_aws_coordinate()]
     spark = (
         SparkSession.builder.master("local[1]")
         .config("spark.jars.packages", ",".join(coordinates))
@@ -58,7 +59,11 @@ def main() -> None:
         .getOrCreate()
     )
     utils = spark._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
-    probes = ["io.delta.sql.DeltaSparkSessionExtension", "org.apache.spark.sql.kafka010.KafkaSourceProvider"]
+    probes = [
+        "io.delta.sql.DeltaSparkSessionExtension",
+        "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+        "org.apache.hadoop.fs.s3a.S3AFileSystem",
+    ]
     missing = [probe for probe in probes if not utils.classIsLoadable(probe)]
     spark.stop()
     if missing:

@@ -19,6 +19,7 @@ import sys
 from pyspark.errors import AnalysisException
 
 from ..core.checkpoint.files import CheckpointUnreadable
+from ..core.checkpoint.lease import LeaseBusy
 from ..core.checkpoint.run_lock import CheckpointBusy
 from ..core.contract import PACKAGE, QUERY_MODULE, ContractError, QueryCodeError
 from ..core.settings import SettingsError
@@ -53,6 +54,7 @@ REFUSALS: dict[type[Exception], tuple[str, int]] = {
     CheckpointUnreadable: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     CheckpointOnServer: ("checkpoint error", EXIT_BAD_INPUT),
     CheckpointBusy: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
+    LeaseBusy: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     OperatorsChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     StateKeyChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     StateWindowChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..core.checkpoint.files import LOCAL, CheckpointRead
 from ..core.settings import DEFAULT_SETTINGS_FILE, Settings, connect_url, load_settings
-from ..job.guard.checkpoint import check_checkpoint
+from ..job.guard.checkpoint import check_checkpoint, output_seen
 from .arguments import EXIT_CHECKPOINT_DRIFT, add_settings_argument, non_negative_int
 from .run import guard_passes
 
@@ -58,14 +58,16 @@ def register(commands: argparse._SubParsersAction) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     from ..job.spark.session import tool_session  # Spark is imported only when a command needs it
-    from ..job.spark.session_files import checkpoint_files
+    from ..job.spark.session_files import checkpoint_files, reader_here
 
     with ExitStack() as stack:
         # On Spark Connect the session comes first (no JVM here), to read a checkpoint on the server's disk; a
         # JVM of Spark Classic starts only for the query's plan, once the files agree.
         spark = stack.enter_context(tool_session("check-plan", {}, settings)) if settings.spark.connect_url else None
-        files = LOCAL if spark is None else checkpoint_files(spark, settings.query.checkpoint_location)
-        report = check_checkpoint(settings, files, output_seen=files is LOCAL)
+        location = settings.query.checkpoint_location
+        here = reader_here(location) if spark is None else None
+        files = here.files() if here is not None else LOCAL if spark is None else checkpoint_files(spark, location)
+        report = check_checkpoint(settings, files, output_seen=output_seen(settings, files))
         if not guard_passes(report):
             return EXIT_CHECKPOINT_DRIFT
         spark = spark or stack.enter_context(tool_session("check-plan", {}, settings))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..core.checkpoint.files import local_checkpoint, read_checkpoint
+from ..core.checkpoint.object_store import exists_here
 from ..core.settings import load_settings
 from ..job.guard.output_check import lost_output, with_output
 from .arguments import EXIT_BAD_INPUT, EXIT_CHECKPOINT_DRIFT, EXIT_QUERY_FAILED, add_settings_argument, positive_int
@@ -69,7 +69,7 @@ def cmd_show_output(args: argparse.Namespace) -> int:
     if lost:
         print(f"show-output error: {lost[0]}", file=sys.stderr)
         return EXIT_CHECKPOINT_DRIFT
-    if not Path(settings.sink.path).is_dir():
+    if not exists_here(settings.sink.path):
         print(f"no output yet at {settings.sink.path}; run the job first")
         return 0
     from ..job.endpoints.output import read_output

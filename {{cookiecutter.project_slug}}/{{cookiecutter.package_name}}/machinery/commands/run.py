@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from ..core.checkpoint.file_access import LOCAL
 from ..core.checkpoint.files import START_OVER, CheckpointRead
+from ..core.checkpoint.object_store import store_of
 from ..core.checkpoint.run_lock import holding
 from ..core.contract import PACKAGE
 from ..core.settings import Settings, SettingsError, load_settings
@@ -22,7 +23,7 @@ from ..core.sizing.partitions import (
 )
 from ..core.text import first_line
 from ..job.endpoints.delta import require_deltalake
-from ..job.guard.checkpoint import GuardReport, check_checkpoint
+from ..job.guard.checkpoint import GuardReport, check_checkpoint, output_seen
 from ..job.guard.real_time_checks import refuse_before_spark
 from ..job.spark.java import launched_by_spark_submit
 from ..job.spark.remote import is_connect, require_server
@@ -69,20 +70,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         require_server(settings.spark.connect_url)
     remarks_to = settings.monitoring.remarks_to(sys.stdout)
     from ..job.spark.session import job_session  # Spark is imported only when a command needs it
-    from ..job.spark.session_files import checkpoint_reader
+    from ..job.spark.session_files import checkpoint_reader, reader_here
 
+    location = settings.query.checkpoint_location
     with ExitStack() as stack:
         # Spark Classic starts only after the checks (in _run), so that bad input never starts a JVM; a Spark
         # Connect session starts no JVM here and comes first, to read a checkpoint on the server's disk.
         spark = stack.enter_context(job_session(settings)) if settings.spark.connect_url is not None else None
-        checkpoint = None if spark is None else checkpoint_reader(spark, settings.query.checkpoint_location)
+        checkpoint = reader_here(location) if spark is None else checkpoint_reader(spark, location)
         files = LOCAL if checkpoint is None else checkpoint.files()
-        # The lock keeps a second job or a repartition off this checkpoint while the guard reads it and the
-        # job runs; one only the server sees cannot be locked here (Spark's stopActiveRunOnRestart then
+        # The lock (a lease on S3, from any machine) keeps a second job or a repartition off this checkpoint while
+        # the guard reads it and the job runs; one only the server sees cannot be locked here (Spark's stopActiveRunOnRestart then
         # stops a run of the query that is still going when this one starts).
-        if files is LOCAL:
-            stack.enter_context(holding(settings.query.checkpoint_location, "this job"))
-        report = check_checkpoint(settings, files, output_seen=files is LOCAL)
+        if files is LOCAL or store_of(location):
+            stack.enter_context(holding(location, "this job", settings.query.lease_seconds))
+        report = check_checkpoint(settings, files, output_seen=output_seen(settings, files))
         for remark in partition_remarks(settings, report):
             print(f"partitions: {remark}", file=remarks_to)
         if not guard_passes(report, remarks_to):
@@ -91,7 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             require_deltalake()
         spark = spark or stack.enter_context(job_session(settings))
         # Which reader serves the checkpoint is decided once: the state key record and the stop take it.
-        checkpoint = checkpoint or checkpoint_reader(spark, settings.query.checkpoint_location)
+        checkpoint = checkpoint or checkpoint_reader(spark, location)
         return _run(settings, args, remarks_to, report.held, spark, checkpoint)
 
 

@@ -20,8 +20,8 @@ from ..core.checkpoint.files import (
     batch_metadata,
     highest_numbered,
     latest_offsets,
-    local_checkpoint,
     operator_schemas,
+    reader_root,
 )
 from ..core.confs import PARTITIONS_CONF, PROVIDER_CONF, provider_name
 from ..core.figures import human_bytes, num
@@ -162,7 +162,7 @@ def inspect_checkpoint(
     checkpoint_facts(location, batch_id, files), read before Spark started where the files are this
     machine's. The bytes on disk are counted where the files are this machine's only."""
     _, provider = facts
-    local = local_checkpoint(location)
+    local = reader_root(location, files)
     metadata, batch = state_metadata(spark, location, facts, batch_id)
     names = operator_names(location, metadata, files)
     operators: dict[int, OperatorState] = {}
@@ -203,8 +203,8 @@ def counted_state_rows(location: str) -> int:
 
 def operator_names(location: str, metadata: list[Any], files: Files = LOCAL) -> dict[int, str]:
     """Each operator id's name: ours where the machinery knows the operator, else Spark's. The key schema
-    tells the two aggregations apart; a checkpoint off the local file system leaves that to Spark's name."""
-    local = local_checkpoint(location)
+    tells the two aggregations apart; a checkpoint `files` do not reach leaves that to Spark's name."""
+    local = reader_root(location, files)
     names = {}
     for operator_id, spark_name in {row.operatorId: row.operatorName for row in metadata}.items():
         schemas = None if local is None else operator_schemas(local, operator_id, files)
@@ -246,9 +246,10 @@ def checkpoint_facts(location: str, batch_id: int | None = None, files: Files = 
     """(last committed batch, provider) from the checkpoint's own files (without Spark where they are this
     machine's); checks batch_id.
 
-    A checkpoint outside the local file system is left to Spark: (None, "unknown").
+    A checkpoint `files` do not reach (off this disk, read with this disk's reader) is left to Spark:
+    (None, "unknown").
     """
-    checkpoint = local_checkpoint(location)
+    checkpoint = reader_root(location, files)
     if checkpoint is None:
         return None, "unknown (not a local checkpoint)"
     if not files.exists(checkpoint / "offsets"):

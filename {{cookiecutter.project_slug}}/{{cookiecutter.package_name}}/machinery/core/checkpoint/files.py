@@ -31,6 +31,13 @@ def local_checkpoint(location: str) -> Path | None:
     return Path(location.removeprefix("file://").removeprefix("file:"))
 
 
+def reader_root(location: str, files: Files) -> Path | None:
+    """The checkpoint as the path `files` names its files by: its folder on this machine's disk, Path(location)
+    for another reader (an object store's, a Spark session's); None where only this disk's reader is given
+    and the checkpoint is not on it."""
+    return local_checkpoint(location) or (None if files is LOCAL else Path(location))
+
+
 @dataclass(frozen=True)
 class CheckpointRead:
     """What a checkpoint's files say, read once: the newest logged batch, the confs it pins and its

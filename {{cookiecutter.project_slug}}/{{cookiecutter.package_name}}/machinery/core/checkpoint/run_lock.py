@@ -25,12 +25,15 @@ from pathlib import Path
 from typing import IO
 
 from .files import local_checkpoint
+from .lease import leasing
+from .object_store import STORES, store_of
 
 LOCK_FILE = ".running"
 LOCK_TABLE = "/proc/locks"  # Linux's table of the locks held, with the pid that took each
 # A JVM whose Python ended exits once it sees its stdin closed and has run its shutdown hooks: seconds.
 ORPHAN_WAIT_SECONDS = 60.0
 SAY_WAIT_AFTER_SECONDS = 1.0
+DEFAULT_LEASE_SECONDS = 60.0  # query.lease's default
 _HELD: dict[Path, int] = {}  # checkpoint -> the locked file's descriptor, while this process holds it
 
 
@@ -39,10 +42,22 @@ class CheckpointBusy(Exception):
 
 
 @contextmanager
-def holding(location: str, purpose: str) -> Iterator[None]:
-    """Hold the checkpoint's lock for the block (nothing to hold for a remote checkpoint)."""
+def holding(location: str, purpose: str, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> Iterator[None]:
+    """Hold the checkpoint's lock for the block: this machine's lock on a local disk, a lease on S3 (lease.py:
+    `lease_seconds` long), nothing elsewhere (said in a line: another store has no lease here yet)."""
     checkpoint = local_checkpoint(location)
+    scheme = store_of(location)
+    if scheme == "s3a":
+        with leasing(location, purpose, lease_seconds):
+            yield
+        return
     if checkpoint is None:
+        if scheme is not None:
+            print(
+                f"checkpoint: {location} is not locked against a second driver: a lease is kept on s3a:// only,"
+                f" and {STORES[scheme]} has none here yet; start one driver at a time on it",
+                file=sys.stderr,
+            )
         yield
         return
     created = next((folder for folder in reversed([checkpoint, *checkpoint.parents]) if not folder.exists()), None)

@@ -12,12 +12,7 @@ def overlapping_folders(settings: Settings) -> list[str]:
     """The checkpoint, the output and each landing folder, two by two: one folder inside (or equal to)
     another mixes their files, and Spark says nothing (a landing folder that is the output: every file
     landing there is ignored, since Spark reads a folder holding a sink's _spark_metadata log as that output)."""
-    places = {"query.checkpoint_location": settings.query.checkpoint_location}
-    if settings.sink.writes_files:
-        places["sink.path"] = settings.sink.path
-    for section, source in settings.inputs.items():
-        if source.type == "files":
-            places[f"{section}.files.path"] = source.files.path
+    places = settings.locations
     # Each as the file system resolves it (symbolic links, ..); remote storage is left out.
     local = {
         setting: folder.resolve() for setting, location in places.items() if (folder := local_checkpoint(location))

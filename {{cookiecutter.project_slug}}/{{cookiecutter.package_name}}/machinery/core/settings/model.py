@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .. import real_time
+from ..checkpoint.object_store import store_problems
 from ..durations import AVAILABLE_NOW
 from ..operators import OPERATORS, UPDATE_JOIN_TYPES
 from ..plan_operators import PlanOperator, chain, flow_order
@@ -52,6 +53,21 @@ class Settings(BaseSettings):
         if self.join_source is None:
             return {"source": self.source}
         return {"source": self.source, "join_source": self.join_source}
+
+    @property
+    def locations(self) -> dict[str, str]:
+        """The folders the job reads and writes, by setting: the checkpoint, the output, each landing folder."""
+        places = {"query.checkpoint_location": self.query.checkpoint_location}
+        if self.sink.writes_files:
+            places["sink.path"] = self.sink.path
+        places.update(
+            {
+                f"{section}.files.path": source.files.path
+                for section, source in self.inputs.items()
+                if source.type == "files"
+            }
+        )
+        return places
 
     @property
     def kafka_endpoints(self) -> dict[str, KafkaSourceSettings | KafkaSinkSettings]:
@@ -189,7 +205,7 @@ class Settings(BaseSettings):
                 problems += write_problems("sink.path", self.sink.path)
         if self.sink.type == "kafka":
             problems += unset_secrets(self.sink.kafka.secrets("sink"))
-        return problems
+        return problems + store_problems(self.locations)
 
     def sizing(self, plan: Sequence[PlanOperator] | None = None, **overrides: Any) -> Estimate:
         """The capacity estimate for these settings: of each stateful operator of the query's plan,

@@ -51,6 +51,9 @@ class QuerySettings(Section):
     )
     # How long a stop (SIGTERM, --max-batches, --timeout) waits for the batch in flight to commit.
     stop_timeout: Duration = Field("2 minutes", description="a Spark interval such as '2 minutes'")
+    # A checkpoint on s3a:// is leased to one driver at a time (another machine's too): renewed every third of
+    # this while the job runs; a driver that stops renewing (killed) frees the checkpoint this long after.
+    lease: Duration = Field("1 minute", description="a Spark interval such as '1 minute'")
     # The query's own business parameters: a mapping here, an instance of the query module's Params
     # model once validated (stateful_query reads query.params.<name>).
     params: Any = Field(default_factory=dict, description="a mapping of the fields of Params in query.py")
@@ -96,6 +99,10 @@ class QuerySettings(Section):
     @property
     def stop_timeout_seconds(self) -> float:
         return parse_duration(self.stop_timeout)
+
+    @property
+    def lease_seconds(self) -> float:
+        return parse_duration(self.lease)
 
     @property
     def max_ahead_seconds(self) -> float | None:

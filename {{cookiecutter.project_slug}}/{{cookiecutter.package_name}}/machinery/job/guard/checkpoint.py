@@ -16,6 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...core.checkpoint.file_access import LocalFiles
 from ...core.checkpoint.files import (
     LANDING_FLAGS,
     LOCAL,
@@ -26,7 +27,9 @@ from ...core.checkpoint.files import (
     interrupted,
     local_checkpoint,
     read_checkpoint,
+    reader_root,
 )
+from ...core.checkpoint.object_store import StoreFiles, store_of
 from ...core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, STATE_STORE, provider_name
 from ...core.contract import PACKAGE
 from ...core.operators import OPERATORS
@@ -75,6 +78,14 @@ class GuardReport:
         return not self.drifts and not self.refusals
 
 
+def output_seen(settings: Settings, files: Files) -> bool:
+    """Whether the guard compares the output with the checkpoint: where this machine reads the checkpoint
+    itself (its disk, an object store) and the output is not on an object store (not read there yet)."""
+    return isinstance(files, (LocalFiles, StoreFiles)) and not (
+        settings.sink.writes_files and store_of(settings.sink.path)
+    )
+
+
 def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool = True) -> GuardReport:
     """Compare the settings with the checkpoint they point at (nothing to compare when there is none), its
     files read where they are (session_files.py checkpoint_files: on a Spark Connect server's disk, through
@@ -83,7 +94,7 @@ def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool
     from this machine's disk."""
     location = settings.query.checkpoint_location
     report = GuardReport(location)
-    checkpoint = local_checkpoint(location)
+    checkpoint = reader_root(location, files)
     if checkpoint is None:
         report.notes.append(f"checkpoint {location} is not on the local file system; the guard cannot read it")
         return report
@@ -96,13 +107,18 @@ def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool
         check_sink_log(held.sink_log)
         report.refusals += output_ahead(settings, held)
     elif settings.sink.writes_files:
+        where = (
+            "it is on an object store, where the guard reads no output yet"
+            if store_of(settings.sink.path)
+            else "it is on the Spark Connect server's file system, and Spark reads no file of an output's log through"
+            " a session"
+        )
         report.notes.append(
-            f"sink.path {settings.sink.path} is not compared with the checkpoint before the start: it is on the Spark"
-            " Connect server's file system, and Spark reads no file of an output's log through a session"
+            f"sink.path {settings.sink.path} is not compared with the checkpoint before the start: {where}"
         )
     report.held = held
     if held.last_batch is None:
-        report.notes.append(f"no checkpoint yet at {checkpoint}: this run starts one")
+        report.notes.append(f"no checkpoint yet at {location}: this run starts one")
         return report
     report.last_batch = held.last_batch
     # Without state, the state store's confs and the partitions it is split into pin nothing that matters.
@@ -119,9 +135,10 @@ def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool
     if not any(drift.setting == "state_store.provider" for drift in report.drifts):
         report.notes += changelog_notes(settings, checkpoint, files)
         if settings.state_store.provider == "rocksdb" and held.last_committed is not None and files is not LOCAL:
+            where = "an object store" if store_of(location) else "the Spark Connect server's file system"
             report.notes.append(
-                f"the RocksDB snapshots of {location} are not checked before the start: they are on the Spark"
-                " Connect server's file system, and each would be copied here whole; Spark checks each as it loads it"
+                f"the RocksDB snapshots of {location} are not checked before the start: they are on {where}, and"
+                " each would be copied here whole; Spark checks each as it loads it"
             )
         elif settings.state_store.provider == "rocksdb" and held.last_committed is not None:
             notes, refusals = snapshot_findings(settings, checkpoint, held.last_committed)

@@ -126,12 +126,7 @@ def stop_on_batch_boundary(
             break
     stop_quietly(spark, query)
     terminated(query, True, remarks_to)
-    folder = checkpoint.local
-    if folder is None:
-        print(
-            "stopped between batches (the checkpoint is not local: its last batch is not checked here)", file=remarks_to
-        )
-        return
+    folder = checkpoint.root
     files = checkpoint.files()  # a Connect server's: through the session, read afresh
     batch = unfinished_batch(folder, files)
     if batch is not None and waiting():

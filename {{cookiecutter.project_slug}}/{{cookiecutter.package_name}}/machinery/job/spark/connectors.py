@@ -18,6 +18,8 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from ...core.settings import Settings
+from .java import launched_by_spark_submit
+from .object_store import S3A_FILE_SYSTEM, hadoop_aws_coordinate, s3a_confs, s3a_locations
 from .project_files import project_file
 from .remote import is_connect
 
@@ -48,7 +50,9 @@ class Connector:
     needed_for: str
     coordinate: str
     probe_class: str
-    data_source: str  # the format name its JAR registers: resolving it is the presence check
+    # The format name its JAR registers, or a location on the file system it brings (s3a://...): resolving
+    # it is the presence check.
+    data_source: str
     extension: str | None = None  # the session extension it needs in spark.sql.extensions, if any
 
 
@@ -123,6 +127,16 @@ def required_connectors(settings: Settings, spark_version: str = pyspark.__versi
                 "kafka",
             )
         )
+    on_s3 = s3a_locations(settings.locations)
+    if on_s3:
+        connectors.append(
+            Connector(
+                " and ".join(f"{setting} on s3a://" for setting in on_s3),
+                hadoop_aws_coordinate(),
+                S3A_FILE_SYSTEM,
+                next(iter(on_s3.values())),
+            )
+        )
     if settings.sink.delta_writer == "delta-spark":
         if spark_minor(spark_version) not in DELTA_SPARK_MINORS:
             raise ConnectorError(
@@ -159,6 +173,18 @@ def resolution_confs(settings: Settings) -> dict[str, str]:
     items = [*str(own.get(PACKAGES_CONF, "")).split(","), *needed.split(",")]
     ivy = {key: str(own[key]) for key in IVY_CONFS if key in own}
     return {**ivy, PACKAGES_CONF: ",".join(dict.fromkeys(item for item in items if item)), **resolver_confs(settings)}
+
+
+def file_system_confs(settings: Settings) -> dict[str, str]:
+    """What a session needs to reach the settings' s3a:// locations, whatever else it leaves out (a tool's, one
+    that reads the output): the S3A confs, and the S3 connector to resolve (none under spark-submit, whose
+    --packages decide). Empty without such a location."""
+    if not s3a_locations(settings.locations):
+        return {}
+    confs = s3a_confs(settings.spark.conf)
+    if settings.spark.fetch_packages and not launched_by_spark_submit():
+        confs.update({PACKAGES_CONF: hadoop_aws_coordinate(), **resolver_confs(settings)})
+    return confs
 
 
 def resolver_confs(settings: Settings) -> dict[str, str]:
@@ -205,6 +231,25 @@ def missing_connectors(spark: SparkSession, connectors: list[Connector]) -> list
 
 
 def _resolves(spark: SparkSession, data_source: str) -> bool:
+    """Whether Spark finds the format's provider (_provider_found) or the location's file system."""
+    return _file_system_found(spark, data_source) if "://" in data_source else _provider_found(spark, data_source)
+
+
+def _file_system_found(spark: SparkSession, location: str) -> bool:
+    """Whether Spark's Hadoop has a file system for the location's scheme: its class asked on Spark Classic; on
+    Spark Connect, a file under the location that is not there is read (one request to the store), and only a
+    missing file system fails with its class not found."""
+    if not is_connect(spark):
+        return bool(spark._jvm.org.apache.spark.util.Utils.classIsLoadable(S3A_FILE_SYSTEM))  # type: ignore[union-attr]
+    try:
+        spark.read.format("binaryFile").load(f"{location.rstrip('/')}/.connector-probe").schema  # noqa: B018
+    except Exception as error:  # noqa: BLE001  # the file's absence is the answer when the class loaded
+        cause = str(error)
+        return "No FileSystem for scheme" not in cause and "ClassNotFoundException" not in cause
+    return True
+
+
+def _provider_found(spark: SparkSession, data_source: str) -> bool:
     """Whether Spark finds a provider for the format: a read without options fails either way, but only a
     missing provider fails with SOURCE_NOT_FOUND (a found one asks for its options). No broker, file or
     job is touched; `.schema` makes Spark Connect analyse the read, as Classic's load() does."""

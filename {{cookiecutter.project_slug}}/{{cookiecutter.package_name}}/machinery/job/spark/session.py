@@ -28,9 +28,18 @@ from ...core.confs import (
 )
 from ...core.settings import Settings, SettingsError, connect_url, unset_secrets
 from .connector_jars import RESOLUTION_CONFS, resolved_jars
-from .connectors import DELTA_CATALOG, DELTA_EXTENSION, PACKAGES_CONF, KafkaFallback, kafka_fallback, resolution_confs
+from .connectors import (
+    DELTA_CATALOG,
+    DELTA_EXTENSION,
+    PACKAGES_CONF,
+    KafkaFallback,
+    file_system_confs,
+    kafka_fallback,
+    resolution_confs,
+)
 from .driver_jvm import OUT_OF_MEMORY_OPTION, jvm_ran_out_of_memory, launch_driver_jvm
 from .java import launched_by_spark_submit, require_java
+from .object_store import s3a_confs, s3a_locations
 from .project_files import project_file
 from .remote import ServerGone, connect_session, is_connect, server_gone, set_confs, set_log_level
 
@@ -105,6 +114,8 @@ def static_confs(settings: Settings, submitted: bool) -> dict[str, str]:
     if settings.sink.delta_writer == "delta-spark":
         confs["spark.sql.extensions"] = _joined(settings.spark.conf.get("spark.sql.extensions"), DELTA_EXTENSION)
         confs["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
+    if s3a_locations(settings.locations):  # its connector is among resolution_confs' packages
+        confs.update(s3a_confs(settings.spark.conf))
     # Under spark-submit the JVM runs already: its --jars or --packages decide, and require_connectors checks.
     if not submitted:
         confs.update(resolution_confs(settings))
@@ -178,6 +189,8 @@ def build_session(
     confs = {**spark_confs(settings), **(also or {})}
     if with_connectors:
         confs.update(static_confs(settings, launched_by_spark_submit()))
+    else:
+        confs.update(file_system_confs(settings))
     confs.update(secret_confs(settings))
     confs.update(driver_java_options(confs))
     if not launched_by_spark_submit():
@@ -205,7 +218,8 @@ def tool_session(app_name: str, confs: dict[str, str], settings: Settings | None
     """The session a tool (inspect, calibrate, the plan's check) reads with: see `_own_or_shared`; through the
     Spark Connect server of the settings' spark.remote (without settings, SPARK_REMOTE) where one is set."""
     url = connect_url(settings.spark.remote if settings is not None else None)
-    start = (lambda: connect_session(url, confs)) if url else (lambda: local_session(app_name, confs))
+    reach = {} if settings is None or url else file_system_confs(settings)  # a store's locations: S3A and its JARs
+    start = (lambda: connect_session(url, confs)) if url else (lambda: local_session(app_name, {**confs, **reach}))
     with _own_or_shared(start, confs) as spark:
         yield spark
 

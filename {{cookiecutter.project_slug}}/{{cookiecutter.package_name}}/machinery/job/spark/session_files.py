@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from ...core.checkpoint.files import LOCAL, Files, local_checkpoint
+from ...core.checkpoint.object_store import StoreFiles, store_of
 from .remote import is_connect
 
 if TYPE_CHECKING:  # Spark is imported only when a command needs it
@@ -48,13 +49,25 @@ class CheckpointReader:
 
     def files(self) -> Files:
         """A reader of its files as they are now (a session's keeps what it listed: one reader per check)."""
-        return LOCAL if self.through is None else SessionFiles(self.through, self.root, self.location)
+        if self.through is not None:
+            return SessionFiles(self.through, self.root, self.location)
+        return LOCAL if self.local is not None else StoreFiles(self.location)
+
+
+def reader_here(location: str) -> CheckpointReader | None:
+    """The reader of a checkpoint this machine reads itself, with no Spark: on its disk or on an object store
+    (core/checkpoint/object_store.py); None for one on another file system."""
+    local = local_checkpoint(location)
+    return CheckpointReader(location, local, None) if local is not None or store_of(location) else None
 
 
 def checkpoint_reader(spark: SparkSession, location: str) -> CheckpointReader:
     """The reader of the checkpoint at `location`, chosen by who can see its disk: this machine's files on
     Spark Classic (a local path is this machine's), and on Spark Connect where this machine is shown to see
-    the very folder the server does (same_folder); the session's files otherwise."""
+    the very folder the server does (same_folder); an object store's from here (the AWS variables here reach
+    it as the server's do); the session's files otherwise."""
+    if store_of(location):
+        return CheckpointReader(location, None, None)
     local = local_checkpoint(location)
     if local is not None and not is_connect(spark):
         return CheckpointReader(location, local, None)

@@ -1,0 +1,160 @@
+"""Checkpoints, outputs and landing folders on object storage (s3a://, gs://, abfss://): which locations
+are there, whether the store answers, and their files read from this machine with pyarrow's file systems.
+
+One reader for every caller and either Spark (Classic or Connect), with no JVM: the guard reads a
+checkpoint on S3 before Spark starts, as it reads one on a local disk, hidden files (`_spark_metadata`,
+`.crc`) included. Where and as whom come from the standard AWS variables: AWS_ENDPOINT_URL (or
+AWS_ENDPOINT_URL_S3) and AWS_REGION here; the credentials through the AWS SDK's own chain
+(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE, an instance's role), which
+pyarrow and Hadoop's S3A (job/spark/object_store.py) both read; settings.yaml holds none of them.
+Only s3a:// is proven (against an S3 API server); gs:// and abfss:// go through the same code untested.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from .files import local_checkpoint
+
+if TYPE_CHECKING:  # pyarrow is imported only when a location is on a store
+    from pyarrow.fs import FileSystem
+
+STORES = {"s3a": "S3", "gs": "Google Cloud Storage", "abfss": "Azure Data Lake Storage"}
+PROVEN = ("s3a",)
+# Seconds and attempts before a store that does not answer is one line, not a minute of retries.
+TIMEOUT_SECONDS = 5.0
+ATTEMPTS = 2
+
+
+def store_of(location: str) -> str | None:
+    """The scheme of an object store the location is on (s3a, gs, abfss), None for any other."""
+    scheme = location.split("://", 1)[0] if "://" in location else ""
+    return scheme if scheme in STORES else None
+
+
+def s3_endpoint(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The S3 API's endpoint the AWS variables name (an S3-compatible server's), None for AWS's own."""
+    return environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL") or None
+
+
+def s3_region(environ: Mapping[str, str] = os.environ) -> str | None:
+    return environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or None
+
+
+def bucket_and_key(location: str) -> tuple[str, str]:
+    """The bucket (a container on ADLS) and the key under it."""
+    parsed = urlparse(location)
+    bucket = parsed.netloc.split("@", 1)[0] if parsed.scheme == "abfss" else parsed.netloc
+    return bucket, parsed.path.strip("/")
+
+
+@cache
+def _file_system(scheme: str, account: str, endpoint: str | None, region: str | None) -> FileSystem:
+    """pyarrow's file system for the store, as the AWS (or Google, Azure) variables describe it."""
+    from pyarrow import fs
+
+    if scheme == "s3a":
+        return fs.S3FileSystem(
+            endpoint_override=endpoint,
+            region=region,
+            connect_timeout=TIMEOUT_SECONDS,
+            request_timeout=TIMEOUT_SECONDS,
+            retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=ATTEMPTS),
+        )
+    if scheme == "gs":
+        return fs.GcsFileSystem(request_timeout=TIMEOUT_SECONDS)
+    return fs.AzureFileSystem(account_name=account.split(".", 1)[0])
+
+
+def file_system(location: str) -> FileSystem:
+    scheme = store_of(location)
+    assert scheme is not None, location
+    account = urlparse(location).netloc.split("@", 1)[-1] if scheme == "abfss" else ""
+    return _file_system(scheme, account, s3_endpoint(), s3_region())  # the variables as they are now
+
+
+class StoreFiles:
+    """A store's files (core/checkpoint/file_access.Files), named as Path(location) names them: the
+    checkpoint `s3a://lake/ckpt` is the path `s3a:/lake/ckpt`, its commits `s3a:/lake/ckpt/commits`."""
+
+    def __init__(self, location: str) -> None:
+        self._scheme = store_of(location)
+        self._fs = file_system(location)
+
+    def _key(self, path: Path) -> str:
+        bucket, key = bucket_and_key(str(path).replace(":/", "://", 1))
+        return f"{bucket}/{key}".rstrip("/")
+
+    def list(self, folder: Path) -> list[Path]:
+        from pyarrow.fs import FileSelector
+
+        found = self._fs.get_file_info(FileSelector(self._key(folder), allow_not_found=True))
+        return sorted(folder / PurePosixPath(info.path).name for info in found)
+
+    def read(self, path: Path) -> bytes | None:
+        try:
+            with self._fs.open_input_stream(self._key(path)) as stream:
+                return stream.readall()
+        except FileNotFoundError:
+            return None
+
+    def exists(self, path: Path) -> bool:
+        from pyarrow.fs import FileType
+
+        return self._fs.get_file_info(self._key(path)).type != FileType.NotFound
+
+
+def store_problems(locations: Mapping[str, str]) -> list[str]:
+    """One line per store location whose store does not answer, refuses the credentials, or has no such
+    bucket: asked once per bucket (a HEAD request), before anything starts, nothing written."""
+    lines, asked = [], set()
+    for setting, location in locations.items():
+        scheme = store_of(location)
+        bucket = bucket_and_key(location)[0] if scheme else ""
+        if scheme is None or (scheme, bucket) in asked:
+            continue
+        asked.add((scheme, bucket))
+        problem = _bucket_problem(location, scheme, bucket)
+        if problem:
+            lines.append(f"{setting} = {location!r}: {problem}")
+    return lines
+
+
+def _bucket_problem(location: str, scheme: str, bucket: str) -> str | None:
+    from pyarrow.fs import FileType
+
+    where = f"the S3 API at {s3_endpoint() or 'AWS'}" if scheme == "s3a" else STORES[scheme]
+    try:
+        missing = file_system(location).get_file_info(bucket).type == FileType.NotFound
+    except OSError as error:
+        cause = str(error)
+        if "NETWORK_CONNECTION" in cause or "curlCode" in cause:
+            return (
+                f"{where} does not answer ({cause.rsplit('Details: ', 1)[-1]}); check AWS_ENDPOINT_URL and the"
+                " network, nothing was written"
+            )
+        if any(code in cause for code in ("ACCESS_DENIED", "INVALID_ACCESS_KEY", "SIGNATURE", "403", "EXPIRED")):
+            return (
+                f"{where} refuses these credentials for bucket {bucket} ({cause.split(': ', 1)[-1]}); set"
+                " AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) to ones that may read and write it"
+            )
+        return f"{where} answered {cause}; nothing was written"
+    if missing:
+        return (
+            f"there is no bucket {bucket} at {where}; create it (aws s3 mb s3://{bucket}) or correct the path,"
+            " nothing was written"
+        )
+    return None
+
+
+def exists_here(location: str) -> bool:
+    """Whether there is a folder (or file) at the location, on this machine's disk or on an object store."""
+    if store_of(location):
+        return StoreFiles(location).exists(Path(location))
+    local = local_checkpoint(location)
+    return local is not None and local.exists()

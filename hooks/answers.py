@@ -43,6 +43,7 @@ DEPENDENCY_MODULES = frozenset(
         *("pydantic_core", "pydantic_settings", "pygments", "pylab", "pyparsing", "pyspark", "pytest", "pytz"),
         *("ruff", "typing_extensions", "typing_inspection", "tzdata", "wrapt", "yaml"),
         *("grpc", "grpc_status", "zstandard"),  # the connect extra's (pyspark[connect])
+        *("boto3", "botocore", "jmespath", "s3transfer", "six", "urllib3"),  # a checkpoint's lease on S3
     }
 )
 OWN_NAMES = frozenset({"tests", "test", "main", "conftest"})

@@ -8,6 +8,7 @@ connector resolved into connector-jars/, path-style requests. The server honours
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -29,6 +30,7 @@ from .conftest import (
     expected_row_count,
     files_job,
     free_port,
+    run_cli,
     run_main,
 )
 
@@ -119,11 +121,27 @@ def test_a_bucket_that_is_not_there_or_a_server_that_does_not_answer_is_one_line
     assert keys(client, "") == before
 
 
+def test_a_delta_table_on_s3_is_refused_in_one_line_for_now(s3_server, write_settings, tmp_path):
+    _, client = s3_server
+    changes = files_job(tmp_path, "delta", "rocksdb")
+    changes["sink"]["path"] = f"s3a://{BUCKET}/{tmp_path.name}/table"
+    refused = run_main("--settings", str(write_settings(changes)))
+    assert refused.returncode == 2
+    assert refused.stderr.strip().endswith(
+        f"sink.path = 's3a://{BUCKET}/{tmp_path.name}/table': a Delta table on object storage is not supported yet"
+        " (neither writer's exactly-once, append or MERGE, is proven there); write parquet there (sink.type parquet),"
+        " or keep the table on a disk this machine mounts"
+    ), refused.stderr
+    assert keys(client, tmp_path.name) == []
+
+
 def test_a_job_on_s3_refuses_a_second_driver_and_killed_mid_batch_restarts_exact(
     s3_server, spark, make_settings, write_settings, tmp_path
 ):
     aws, client = s3_server
-    changes = files_job(tmp_path, "parquet", "rocksdb", changelog=True)
+    # RocksDB without changelog checkpointing: every batch's commit uploads a snapshot (its SST files), so
+    # the kill falls during an upload or beside one.
+    changes = files_job(tmp_path, "parquet", "rocksdb", changelog=False)
     local = make_settings(changes)
     expected = batch_expectation(spark, local)  # the same events read from the local landing folder
     landing = Path(changes["source"]["files"]["path"])
@@ -202,3 +220,28 @@ if code == 0:
     build_session(settings).read.parquet(settings.sink.path).write.parquet(sys.argv[2])
 sys.exit(code)
 """
+
+
+def test_estimate_bills_the_requests_of_a_checkpoint_on_s3(write_settings):
+    """The bill's figures, as core/sizing/requests.py fits them to the requests an S3 API server counted
+    (benchmarks/object_store_requests.py): per batch by the state store instances, a month by the trigger."""
+    changes = {
+        "spark": {"shuffle_partitions": 2},
+        "query": {"checkpoint_location": "s3a://lake/ckpt", "trigger": "1 minute"},
+    }
+    result = run_cli("estimate", "--settings", str(write_settings(changes)), "--json")
+    assert result.returncode == 0, result.stderr
+    bill = json.loads(result.stdout)["object_store_requests"]
+    # 2 instances: 54.55 for the batch's own logs and output, 13.5 for each instance.
+    assert sum(bill["per_batch"].values()) == pytest.approx(54.55 + 2 * 13.5)
+    assert bill["per_month"] == pytest.approx(30 * 24 * 60 * (54.55 + 2 * 13.5))
+    changes["capacity"] = {"request_prices": {"write_per_1000": 0.01, "read_per_1000": 0.0008}}  # twice S3's
+    doubled = json.loads(run_cli("estimate", "--settings", str(write_settings(changes)), "--json").stdout)
+    assert doubled["object_store_requests"]["cost_per_month"] == pytest.approx(2 * bill["cost_per_month"])
+    changes["query"]["trigger"] = "available_now"  # a rate source runs no such trigger: files
+    changes["source"] = {"type": "files"}
+    text = run_cli("estimate", "--settings", str(write_settings(changes)))
+    assert "Object store requests (checkpoint s3a://lake/ckpt)" in text.stdout
+    assert "not estimated for a available_now trigger" in text.stdout
+    changes["query"]["checkpoint_location"] = "checkpoints/local"
+    assert "Object store requests" not in run_cli("estimate", "--settings", str(write_settings(changes))).stdout

@@ -9,6 +9,8 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core.checkpoint.object_store import store_of
+from ..core.durations import AVAILABLE_NOW, parse_duration
 from ..core.figures import human_bytes
 from ..core.operators import NAMES
 from ..core.plan_operators import chain, unsized
@@ -25,6 +27,7 @@ from ..core.sizing.limits import MAXIMA
 from ..core.sizing.memory import parse_memory
 from ..core.sizing.partitions import PartitionAdvice
 from ..core.sizing.report import report
+from ..core.sizing.requests import RequestBill, bill_lines, request_bill
 from ..job.plan.query_plan import checked_plan
 from .arguments import EXIT_BAD_INPUT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
 
@@ -199,12 +202,48 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             result["calibration"] = calibration.to_dict()
         if cluster is not None:
             result["cluster"] = asdict(cluster)
+        bill = object_store_bill(settings, sizing)
+        if bill is not None:
+            result["object_store_requests"] = {
+                "per_batch": bill.per_batch,
+                "per_month": bill.per_month,
+                "cost_per_month": bill.cost_per_month(),
+            }
         print(json.dumps(result, indent=2))
     else:
         print(report(sizing, partition_lines=partitions.describe(advice, sizing.shuffle_partitions, sizing)))
         print(cores_report(cores, max_cores))
         print(cluster_report(cluster) if cluster else CLUSTER_HINT)
+        requests = requests_report(settings, sizing)
+        if requests:
+            print(requests)
     return 0
+
+
+def object_store_bill(settings: Settings | None, sizing: Estimate) -> RequestBill | None:
+    """The requests of a checkpoint on an object store at an interval trigger, billed at the settings' prices."""
+    if settings is None or not store_of(settings.query.checkpoint_location) or not interval_trigger(settings):
+        return None
+    store = settings.state_store
+    snapshot_each_commit = store.provider == "rocksdb" and not store.changelog_checkpointing
+    prices = settings.capacity.request_prices.model_dump()
+    return request_bill(sizing.store_instances, parse_duration(settings.query.trigger), snapshot_each_commit, prices)
+
+
+def interval_trigger(settings: Settings) -> bool:
+    return settings.query.trigger != AVAILABLE_NOW and not settings.query.real_time
+
+
+def requests_report(settings: Settings | None, sizing: Estimate) -> str | None:
+    """The object store's requests and their bill, where the settings' checkpoint is on one."""
+    if settings is None or not store_of(settings.query.checkpoint_location):
+        return None
+    header = f"Object store requests (checkpoint {settings.query.checkpoint_location})"
+    bill = object_store_bill(settings, sizing)
+    if bill is None:
+        return f"{header}\n  not estimated for a {settings.query.trigger} trigger: measured for interval triggers only"
+    lines = bill_lines(bill, settings.query.trigger, sizing.store_instances, sizing.rocksdb_disk_bytes)
+    return "\n".join([header, *(f"  {line}" for line in lines)])
 
 
 def provider_of(settings: Settings | None, sizing: Estimate) -> str:

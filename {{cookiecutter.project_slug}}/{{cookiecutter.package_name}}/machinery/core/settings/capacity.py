@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from ..sizing.limits import JAVA_INT
+from ..sizing.requests import DEFAULT_PRICES
 from .section import MAX_FACTOR, MAX_KEYS, MAX_ROWS_PER_SECOND, Duration, Section
 
 
@@ -21,6 +22,13 @@ class OperatorCapacity(Section):
         None, gt=0, le=MAX_KEYS, description="a whole number of keys greater than zero, or null"
     )
     state_bytes_per_row: int | None = Field(None, gt=0, le=JAVA_INT, description="bytes greater than zero, or null")
+
+
+class RequestPrices(Section):
+    """An object store's price per 1,000 requests, in its two classes (S3 Standard's, US East, by default)."""
+
+    write_per_1000: float = Field(DEFAULT_PRICES["write_per_1000"], ge=0, le=1000, description="dollars, 0 or more")
+    read_per_1000: float = Field(DEFAULT_PRICES["read_per_1000"], ge=0, le=1000, description="dollars, 0 or more")
 
 
 class CapacitySettings(Section):
@@ -49,6 +57,8 @@ class CapacitySettings(Section):
     # A state that nothing drops (dropDuplicates or an aggregation without the watermarked event time,
     # applyInPandasWithState without a timeout) has no steady state: sized as it is after this long.
     state_horizon: Duration = Field("1 day", description="a Spark interval such as '1 day'")
+    # A checkpoint on object storage: the price of its requests, per 1,000 (PUT and LIST; GET and HEAD).
+    request_prices: RequestPrices = Field(default_factory=RequestPrices)
     # A query of several stateful operators: an entry per operator, in the order events reach them.
     operators: list[OperatorCapacity] = Field(
         default_factory=list, description="a list of one entry per stateful operator of the query"

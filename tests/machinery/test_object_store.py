@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.checkpoint.object_store import StoreFiles
+from stream_job.machinery.job.run.advice import store_gone_advice
 
 from .conftest import (
     BAKED_OPERATOR,
@@ -245,3 +246,39 @@ def test_estimate_bills_the_requests_of_a_checkpoint_on_s3(write_settings):
     assert "not estimated for a available_now trigger" in text.stdout
     changes["query"]["checkpoint_location"] = "checkpoints/local"
     assert "Object store requests" not in run_cli("estimate", "--settings", str(write_settings(changes))).stdout
+
+
+# What a job on S3 ended with when its server stopped answering mid-run (run by hand against moto's server:
+# stopped, after S3A's retries; paused with SIGSTOP, after its call timeout); then it ends in one line.
+REFUSED = (
+    "terminated with exception: getFileStatus on s3a://lake/out/_spark_metadata:"
+    " software.amazon.awssdk.core.exception.SdkClientException: Unable to execute HTTP request: Connect to"
+    " 127.0.0.1:5099 [/127.0.0.1] failed: Connection refused (SDK Attempt Count: 6):    software.amazon"
+)
+HUNG = (
+    "terminated with exception: getFileStatus on s3a://lake/ckpt/offsets:"
+    " software.amazon.awssdk.core.exception.ApiCallTimeoutException: Client execution did not complete before the"
+    " specified timeout configuration: 15000 millis SQLSTATE: XXKST"
+)
+
+
+def test_a_store_that_stops_answering_mid_run_is_one_line_saying_whether_it_answers_now(s3_server, make_settings):
+    settings = make_settings({"query": {"checkpoint_location": f"s3a://{BUCKET}/gone"}})
+    [answers] = store_gone_advice(HUNG, settings)
+    assert answers == (
+        "object store: S3 stopped answering while the job ran (getFileStatus on s3a://lake/ckpt/offsets: Client"
+        " execution did not complete before the specified timeout configuration); it answers again now. The"
+        " checkpoint holds every committed batch: start the job once the store answers, and the batch in flight"
+        " runs again"
+    )
+    os.environ["AWS_ENDPOINT_URL"], endpoint = f"http://127.0.0.1:{free_port()}", os.environ["AWS_ENDPOINT_URL"]
+    try:
+        [silent] = store_gone_advice(REFUSED, settings)
+    finally:
+        os.environ["AWS_ENDPOINT_URL"] = endpoint
+    assert (
+        "(getFileStatus on s3a://lake/out/_spark_metadata: Connect to 127.0.0.1:5099 failed: Connection refused)"
+        in (silent)
+    )
+    assert "; it does not answer now." in silent
+    assert store_gone_advice("java.io.IOException: No space left on device", settings) == []

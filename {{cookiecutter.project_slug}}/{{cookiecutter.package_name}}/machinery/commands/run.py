@@ -117,6 +117,7 @@ def _run(
         delta_sink_refusal,
         disk_full_advice,
         real_time_slots_advice,
+        store_gone_advice,
     )
     from ..job.run.runner import run_start
     from ..job.spark.connectors import require_connectors
@@ -146,6 +147,7 @@ def _run(
             *delta_sink_refusal(chain),
             *real_time_slots_advice(chain),
             *broker_gone_advice(chain, endpoints),
+            *store_gone_advice(chain, settings),
         ]
         if named:  # a cause the job knows: its one line says where, what and the ways on; the checkpoint is fine
             print(*named, sep="\n", file=sys.stderr)

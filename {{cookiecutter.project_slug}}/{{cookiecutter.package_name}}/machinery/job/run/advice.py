@@ -1,5 +1,5 @@
 """The lines a failed run ends with: a cause the job knows said in one line with the ways on (a bad record,
-the heap run out, a refused Delta batch, too few real-time slots, a broker gone), else where Spark's error points (damaged
+the heap run out, a refused Delta batch, too few real-time slots, a broker or an object store gone), else where Spark's error points (damaged
 checkpoint files, a folder not writable, a full disk, records Kafka deleted, a state schema Spark refused)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ...core import real_time
 from ...core.checkpoint.files import RESTORE_OR_RESTART, empty_state_files
+from ...core.checkpoint.object_store import store_problems
 from ...core.delta_merge import DELTA_SINK_REFUSED
 from ...core.figures import human_bytes
 from ...core.settings import Settings, nearest_existing_folder
@@ -164,6 +165,28 @@ def broker_gone_advice(message: str, endpoints: EndpointsChecked) -> list[str]:
         f"kafka: the Kafka client gave up on the broker while the job ran (TimeoutException: {said}); {now}. The"
         " checkpoint holds every committed batch: start the job once the broker is back, and the batch in flight"
         " runs again (its results written again to a Kafka sink, which is at least once)"
+    ]
+
+
+# How S3A says its store stopped answering, after its retries: a connection refused (some 2 minutes with S3A's
+# defaults), or no answer within its call timeout (a server that hangs).
+STORE_GONE = re.compile(
+    r"(\w+) on (s3a://\S+?): \S+?(?:SdkClientException: Unable to execute HTTP request: (.+?) \(SDK Attempt"
+    r"|ApiCallTimeoutException: (Client execution did not complete before the specified timeout[^:]*))"
+)
+
+
+def store_gone_advice(message: str, settings: Settings) -> list[str]:
+    """The object store stopped answering while the job ran: which call, whether it answers now, the way on."""
+    found = STORE_GONE.search(message)
+    if found is None:
+        return []
+    now = "it does not answer now" if store_problems(settings.locations) else "it answers again now"
+    said = re.sub(r" \[[^]]*\]", "", found[3] or found[4]).strip()
+    return [
+        f"object store: S3 stopped answering while the job ran ({found[1]} on {found[2]}: {said}); {now}. The"
+        " checkpoint holds every committed batch: start the job once the store answers, and the batch in flight"
+        " runs again"
     ]
 
 

@@ -59,7 +59,7 @@ def test_a_job_moved_by_a_savepoint_goes_on_to_the_batch_computations_output(spa
 
     # Refusals before anything is copied: a job on the checkpoint, a filled target, a batch not committed.
     before = digest(checkpoint)
-    with holding(str(checkpoint), "the test"):
+    with holding(str(checkpoint), "the test", settings.query.lease_seconds):
         line = refused("create", "--settings", str(settings_path), str(savepoint), expected="is in use by process")
         assert line.startswith("savepoint refused: ") and "stop the job first" in line
     filled = tmp_path / "filled"

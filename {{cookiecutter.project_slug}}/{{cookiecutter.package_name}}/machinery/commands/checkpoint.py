@@ -58,15 +58,15 @@ def register(commands: argparse._SubParsersAction) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     from ..job.spark.session import tool_session  # Spark is imported only when a command needs it
-    from ..job.spark.session_files import checkpoint_files, reader_here
+    from ..job.spark.session_files import checkpoint_reader, reader_here
 
     with ExitStack() as stack:
         # On Spark Connect the session comes first (no JVM here), to read a checkpoint on the server's disk; a
         # JVM of Spark Classic starts only for the query's plan, once the files agree.
         spark = stack.enter_context(tool_session("check-plan", {}, settings)) if settings.spark.connect_url else None
         location = settings.query.checkpoint_location
-        here = reader_here(location) if spark is None else None
-        files = here.files() if here is not None else LOCAL if spark is None else checkpoint_files(spark, location)
+        checkpoint = reader_here(location) if spark is None else checkpoint_reader(spark, location)
+        files = LOCAL if checkpoint is None else checkpoint.files()
         report = check_checkpoint(settings, files, output_seen=output_seen(settings, files))
         if not guard_passes(report):
             return EXIT_CHECKPOINT_DRIFT

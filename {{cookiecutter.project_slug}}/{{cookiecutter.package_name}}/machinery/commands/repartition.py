@@ -55,7 +55,7 @@ def cmd_repartition(args: argparse.Namespace) -> int:
             " SPARK_REMOTE) on a machine whose Spark reaches the checkpoint, with the job stopped; nothing was changed"
         )
     output = _output_log(settings)
-    recovered = _recover_interrupted(location, output)
+    recovered = _recover_interrupted(location, output, settings.query.lease_seconds)
     try:
         chosen = plan(location, args.partitions or settings.spark.shuffle_partitions, args.finish_last_batch)
     except RepartitionRefused as refused:
@@ -78,7 +78,7 @@ def cmd_repartition(args: argparse.Namespace) -> int:
     from ..operations.state_reader import READER_CONFS
 
     pinned_session = job_session(as_pinned, with_connectors=chosen.finish_first, also=READER_CONFS)
-    with holding(location, "the repartition"), pinned_session as spark:
+    with holding(location, "the repartition", settings.query.lease_seconds), pinned_session as spark:
         try:
             if chosen.finish_first:
                 chosen = _finish_last_batch(spark, as_pinned, chosen)
@@ -105,12 +105,12 @@ def cmd_repartition(args: argparse.Namespace) -> int:
     return 0
 
 
-def _recover_interrupted(location: str, output: OutputLog | None) -> bool:
+def _recover_interrupted(location: str, output: OutputLog | None, lease_seconds: float) -> bool:
     """Put back what a repartition that did not finish left (a kill, a crash), before anything else."""
     checkpoint = local_checkpoint(location)
     if checkpoint is None or interrupted(checkpoint) is None:
         return False
-    with holding(location, "the repartition"):
+    with holding(location, "the repartition", lease_seconds):
         for line in recover(checkpoint, output):
             print(f"repartition: {line}", flush=True)
     return True

@@ -100,7 +100,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         origin = plan_create(settings, target)
         output = f" and {origin.output}" if origin.output else ""
         print(f"savepoint: copying {origin.checkpoint} (batch {origin.batch}){output} into {target}", flush=True)
-        with holding(settings.query.checkpoint_location, "a savepoint"):
+        with holding(settings.query.checkpoint_location, "a savepoint", settings.query.lease_seconds):
             manifest = create(session, origin, target)
     _print_state(manifest)
     files = manifest["files"].values()

@@ -150,19 +150,3 @@ def _release(client: Any, held: _Held) -> None:
             client.delete_object(Bucket=held.bucket, Key=held.key)
     except Exception:  # noqa: BLE001, S110  # gone, or the store does not answer: it lapses by itself
         pass
-
-
-def lease_holder(location: str) -> str | None:
-    """Who holds a lease on the checkpoint now that has not lapsed, None when nobody does."""
-    client = _client()
-    bucket, prefix = bucket_and_key(location)
-    try:
-        found = client.get_object(Bucket=bucket, Key=f"{prefix}/{LEASE_OBJECT}".lstrip("/"))
-    except Exception as error:  # noqa: BLE001
-        if _code(error) in ("NoSuchKey", "404"):
-            return None
-        raise
-    other = json.loads(found["Body"].read() or b"{}")
-    now = parsedate_to_datetime(found["ResponseMetadata"]["HTTPHeaders"]["date"])
-    lapsed = (now - found["LastModified"]).total_seconds() >= float(other.get("lease_seconds", 0))
-    return None if lapsed else str(other.get("holder", "another driver"))

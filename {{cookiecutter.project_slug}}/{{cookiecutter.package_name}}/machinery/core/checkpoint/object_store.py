@@ -25,7 +25,6 @@ if TYPE_CHECKING:  # pyarrow is imported only when a location is on a store
     from pyarrow.fs import FileSystem
 
 STORES = {"s3a": "S3", "gs": "Google Cloud Storage", "abfss": "Azure Data Lake Storage"}
-PROVEN = ("s3a",)
 # Seconds and attempts before a store that does not answer is one line, not a minute of retries.
 TIMEOUT_SECONDS = 5.0
 ATTEMPTS = 2
@@ -83,7 +82,6 @@ class StoreFiles:
     checkpoint `s3a://lake/ckpt` is the path `s3a:/lake/ckpt`, its commits `s3a:/lake/ckpt/commits`."""
 
     def __init__(self, location: str) -> None:
-        self._scheme = store_of(location)
         self._fs = file_system(location)
 
     def _key(self, path: Path) -> str:

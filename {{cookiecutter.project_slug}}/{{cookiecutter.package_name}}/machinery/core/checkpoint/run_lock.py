@@ -33,7 +33,6 @@ LOCK_TABLE = "/proc/locks"  # Linux's table of the locks held, with the pid that
 # A JVM whose Python ended exits once it sees its stdin closed and has run its shutdown hooks: seconds.
 ORPHAN_WAIT_SECONDS = 60.0
 SAY_WAIT_AFTER_SECONDS = 1.0
-DEFAULT_LEASE_SECONDS = 60.0  # query.lease's default
 _HELD: dict[Path, int] = {}  # checkpoint -> the locked file's descriptor, while this process holds it
 
 
@@ -42,7 +41,7 @@ class CheckpointBusy(Exception):
 
 
 @contextmanager
-def holding(location: str, purpose: str, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> Iterator[None]:
+def holding(location: str, purpose: str, lease_seconds: float) -> Iterator[None]:
     """Hold the checkpoint's lock for the block: this machine's lock on a local disk, a lease on S3 (lease.py:
     `lease_seconds` long), nothing elsewhere (said in a line: another store has no lease here yet)."""
     checkpoint = local_checkpoint(location)

@@ -225,22 +225,25 @@ def missing_connectors(spark: SparkSession, connectors: list[Connector]) -> list
     return [
         connector
         for connector in connectors
-        if not _resolves(spark, connector.data_source)
+        if not _resolves(spark, connector)
         or (connector.extension is not None and connector.extension not in extensions)
     ]
 
 
-def _resolves(spark: SparkSession, data_source: str) -> bool:
+def _resolves(spark: SparkSession, connector: Connector) -> bool:
     """Whether Spark finds the format's provider (_provider_found) or the location's file system."""
-    return _file_system_found(spark, data_source) if "://" in data_source else _provider_found(spark, data_source)
+    source = connector.data_source
+    return (
+        _file_system_found(spark, source, connector.probe_class) if "://" in source else _provider_found(spark, source)
+    )
 
 
-def _file_system_found(spark: SparkSession, location: str) -> bool:
+def _file_system_found(spark: SparkSession, location: str, file_system_class: str) -> bool:
     """Whether Spark's Hadoop has a file system for the location's scheme: its class asked on Spark Classic; on
     Spark Connect, a file under the location that is not there is read (one request to the store), and only a
     missing file system fails with its class not found."""
     if not is_connect(spark):
-        return bool(spark._jvm.org.apache.spark.util.Utils.classIsLoadable(S3A_FILE_SYSTEM))  # type: ignore[union-attr]
+        return bool(spark._jvm.org.apache.spark.util.Utils.classIsLoadable(file_system_class))  # type: ignore[union-attr]
     try:
         spark.read.format("binaryFile").load(f"{location.rstrip('/')}/.connector-probe").schema  # noqa: B018
     except Exception as error:  # noqa: BLE001  # the file's absence is the answer when the class loaded

@@ -207,6 +207,46 @@ def test_a_job_on_s3_refuses_a_second_driver_and_killed_mid_batch_restarts_exact
     assert drift.returncode == 4
     assert f"spark.shuffle_partitions is 3 in settings, but the checkpoint {checkpoint} holds 2" in drift.stderr
     shutil.rmtree(tmp_path / "read")
+    changes["spark"]["shuffle_partitions"] = 2
+    refuses_what_the_output_and_landing_on_s3_say(client, changes, root, write_settings)
+
+
+def refuses_what_the_output_and_landing_on_s3_say(client, changes: dict, root: str, write_settings) -> None:
+    """The guard reads the output's log and the landing folder on S3 as on a local disk: each finding is one
+    line before Spark starts, and nothing is written."""
+    prefix = root.removeprefix(f"s3a://{BUCKET}/")
+    before = keys(client, prefix)
+    fresh = {**changes, "query": {**changes["query"], "checkpoint_location": f"{root}/fresh"}}
+    ahead = run_main("--settings", str(write_settings(fresh)))
+    assert ahead.returncode == 4, ahead.stderr
+    assert (
+        f"sink.path {root}/output holds the output of batches up to 6 (its log {root}/output/_spark_metadata), and"
+        f" the checkpoint {root}/fresh has logged no batch yet" in ahead.stderr
+    ), ahead.stderr
+
+    for key in keys(client, f"{prefix}/landing/"):
+        client.copy_object(Bucket=BUCKET, Key=key.replace("/landing/", "/moved/"), CopySource=f"{BUCKET}/{key}")
+    moved = {**changes, "source": {**changes["source"], "files": {**changes["source"]["files"]}}}
+    moved["source"]["files"]["path"] = f"{root}/moved"
+    landing = run_main("--settings", str(write_settings(moved)))
+    assert landing.returncode == 4, landing.stderr
+    assert (
+        f"source.files.path is {root}/moved in settings, but the checkpoint {root}/checkpoint holds {root}/landing:"
+        in landing.stderr
+    ), landing.stderr
+    assert f"point the settings back at the folders it wrote ({root}/landing)" in landing.stderr
+    for key in keys(client, f"{prefix}/moved/"):
+        client.delete_object(Bucket=BUCKET, Key=key)
+
+    written = [key for key in keys(client, f"{prefix}/output/") if key.endswith(".parquet")]
+    client.delete_object(Bucket=BUCKET, Key=written[0])
+    lost = run_main("--settings", str(write_settings(changes)))
+    assert lost.returncode == 4, lost.stderr
+    assert (
+        f"sink.path {root}/output has lost committed output: 1 of the files its log lists as committed are gone"
+        f" (s3a://{BUCKET}/{written[0]})" in lost.stderr
+    ), lost.stderr
+    assert keys(client, prefix) == [key for key in before if key != written[0]]
 
 
 # The restart, and the output read back by the same session (it has the S3 connector), into a local copy.

@@ -7,7 +7,7 @@ parsers (files.py, sink_log.py) read through it, so there is one parser of each 
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PosixPath
 from typing import Protocol
 
 
@@ -29,6 +29,27 @@ class Files(Protocol):
     def exists(self, path: Path) -> bool:
         """Whether `path` is a file, or a folder holding any."""
         ...
+
+
+class LocationPath(PosixPath):
+    """A file of another file system than this machine's, named by its URI (`s3a://lake/ckpt`): joined,
+    listed and compared as any path (its parts: `s3a:`, `lake`, `ckpt`), and shown as the URI again."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return super().__str__().replace(":/", "://", 1)
+
+
+def path_scheme(path: Path) -> str:
+    """The scheme of a path of another file system (LocationPath's parts: `s3a:` first), "" for a local one."""
+    head = path.parts[0] if path.parts else ""
+    return head[:-1] if head.endswith(":") and not path.is_absolute() else ""
+
+
+def local_resolved(path: Path) -> Path:
+    """A local path made absolute; another file system's as it is."""
+    return path if path_scheme(path) else path.resolve()
 
 
 class LocalFiles:

@@ -19,8 +19,8 @@ from pathlib import Path
 from ..confs import ENCODING_CONF
 from ..contract import PACKAGE
 from .copying import PARTIAL
-from .file_access import LOCAL, Files, read_text
-from .path_records import hadoop_crc, json_line, local_path
+from .file_access import LOCAL, Files, LocationPath, read_text
+from .path_records import file_path, hadoop_crc, json_line
 from .sink_log import SinkLog, TableBehind
 
 
@@ -32,10 +32,10 @@ def local_checkpoint(location: str) -> Path | None:
 
 
 def reader_root(location: str, files: Files) -> Path | None:
-    """The checkpoint as the path `files` names its files by: its folder on this machine's disk, Path(location)
+    """The checkpoint as the path `files` names its files by: its folder on this machine's disk, its LocationPath
     for another reader (an object store's, a Spark session's); None where only this disk's reader is given
     and the checkpoint is not on it."""
-    return local_checkpoint(location) or (None if files is LOCAL else Path(location))
+    return local_checkpoint(location) or (None if files is LOCAL else LocationPath(location))
 
 
 @dataclass(frozen=True)
@@ -148,13 +148,13 @@ def source_offsets(checkpoint: Path, batch: int, files: Files = LOCAL) -> list[s
 
 def newest_files_read(checkpoint: Path, files: Files = LOCAL) -> list[list[Path]]:
     """Per source of a checkpoint that keeps a log of its own (the file source's `sources/<id>/<batch>`:
-    one JSON line per file read), the local files its newest entry lists."""
+    one JSON line per file read), the files its newest entry lists (file_path: a local file, or Path(uri))."""
     found = []
     for source in _numbered(checkpoint / "sources", files):
         entries = _source_log_entries(source, files)
         lines = read_text(files, entries[-1], errors="replace").splitlines()[1:] if entries else []
         uris = [record.get("path") for record in map(json_line, lines) if isinstance(record, dict)]
-        found.append([path for uri in uris if isinstance(uri, str) and (path := local_path(uri)) is not None])
+        found.append([path for uri in uris if isinstance(uri, str) and (path := file_path(uri)) is not None])
     return found
 
 

@@ -19,9 +19,11 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from .file_access import LocationPath
 from .files import local_checkpoint
 
 if TYPE_CHECKING:  # pyarrow is imported only when a location is on a store
+    from pyarrow import NativeFile
     from pyarrow.fs import FileSystem
 
 STORES = {"s3a": "S3", "gs": "Google Cloud Storage", "abfss": "Azure Data Lake Storage"}
@@ -78,14 +80,15 @@ def file_system(location: str) -> FileSystem:
 
 
 class StoreFiles:
-    """A store's files (core/checkpoint/file_access.Files), named as Path(location) names them: the
-    checkpoint `s3a://lake/ckpt` is the path `s3a:/lake/ckpt`, its commits `s3a:/lake/ckpt/commits`."""
+    """A store's files (core/checkpoint/file_access.Files), named by LocationPath: the checkpoint
+    `s3a://lake/ckpt` is LocationPath("s3a://lake/ckpt"), its commits that path / "commits"."""
 
     def __init__(self, location: str) -> None:
         self._fs = file_system(location)
 
     def _key(self, path: Path) -> str:
-        bucket, key = bucket_and_key(str(path).replace(":/", "://", 1))
+        """The store's name of the file: its bucket (an ADLS container) and the key under it."""
+        bucket, key = bucket_and_key("://".join((path.parts[0].rstrip(":"), "/".join(path.parts[1:]))))
         return f"{bucket}/{key}".rstrip("/")
 
     def list(self, folder: Path) -> list[Path]:
@@ -105,6 +108,10 @@ class StoreFiles:
         from pyarrow.fs import FileType
 
         return self._fs.get_file_info(self._key(path)).type != FileType.NotFound
+
+    def open(self, path: Path) -> NativeFile:
+        """The file opened for reads by range (a parquet file's footer without the rest)."""
+        return self._fs.open_input_file(self._key(path))
 
 
 def store_problems(locations: Mapping[str, str]) -> list[str]:
@@ -153,6 +160,6 @@ def _bucket_problem(location: str, scheme: str, bucket: str) -> str | None:
 def exists_here(location: str) -> bool:
     """Whether there is a folder (or file) at the location, on this machine's disk or on an object store."""
     if store_of(location):
-        return StoreFiles(location).exists(Path(location))
+        return StoreFiles(location).exists(LocationPath(location))
     local = local_checkpoint(location)
     return local is not None and local.exists()

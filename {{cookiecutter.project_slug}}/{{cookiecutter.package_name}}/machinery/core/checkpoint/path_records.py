@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from .copying import write_atomically
+from .file_access import LocationPath
 
 # State data, data files and checksums: binary, never JSON lines.
 BINARY_SUFFIXES = (".zip", ".sst", ".delta", ".snapshot", ".changelog", ".parquet", ".crc", ".log", ".checkpoint")
@@ -43,6 +44,15 @@ def local_path(uri: str) -> Path | None:
     if uri.startswith(PATH_PREFIX) and not uri.startswith("file://"):  # Hadoop's Path.toString(): as it is
         return Path(uri.removeprefix("file:"))
     return None
+
+
+def file_path(uri: str) -> Path | None:
+    """The file a URI names as the machinery's readers name it: a local file, or Path(uri) for another file
+    system's (a LocationPath); None for what is not a URI."""
+    local = local_path(uri)
+    if local is not None or "://" not in uri:
+        return local
+    return LocationPath(unquote(uri))
 
 
 def moved_uri(uri: str, moves: Moves) -> str | None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from .copying import write_atomically
+from .file_access import LOCAL, Files, LocationPath, path_scheme, read_text
 from .path_records import json_line
 
 LOG_DIR = "_spark_metadata"
@@ -53,11 +54,18 @@ def files_gone(paths: list[Path]) -> str | None:
     return f"{len(paths)} of the files its log lists as committed are gone ({named}{more})"
 
 
-def logged_batches(output: Path) -> list[int]:
+def logged_batches(output: Path, files: Files = LOCAL) -> list[int]:
     """The batches the sink's log holds an entry for (a batch or a merge file), in order; [] without a log."""
-    log = output / LOG_DIR
-    names = (path.name.removesuffix(".compact") for path in log.iterdir()) if log.is_dir() else ()
+    names = (path.name.removesuffix(".compact") for path in files.list(output / LOG_DIR))
     return sorted(int(name) for name in names if name.isdigit())
+
+
+def files_missing(paths: list[Path], files: Files = LOCAL) -> list[Path]:
+    """The paths that are not there, each folder listed once (one request a folder on an object store)."""
+    present: dict[Path, set[Path]] = {}
+    for folder in dict.fromkeys(path.parent for path in paths):
+        present[folder] = set(files.list(folder))
+    return [path for path in paths if path not in present[path.parent]]
 
 
 @dataclass(frozen=True)
@@ -85,46 +93,52 @@ class TableBehind:
 @dataclass(frozen=True)
 class SinkLog:
     """A parquet output's log as read: the batches it holds, each one's entry (its merge file where it has
-    one), the local data files it holds as written (adds less deletes), and the first entry from the
-    newest merge file on that is not a log entry (None when all are)."""
+    one), the data files it holds as written (adds less deletes) on the output's file system, the first
+    entry from the newest merge file on that is not a log entry (None when all are), and the reader of
+    its files (this machine's disk, an object store's)."""
 
     folder: Path
     batches: list[int]
     entries: list[Path]
     live_files: list[Path]
     unreadable: Path | None
+    files: Files = LOCAL
 
     @property
     def newest(self) -> int:
         return self.batches[-1] if self.batches else -1
 
 
-def read_sink_log(output: Path) -> SinkLog | None:
-    """The output's log, None without one."""
+def read_sink_log(output: Path, files: Files = LOCAL) -> SinkLog | None:
+    """The log of the output at `output` (a local folder, or the LocationPath of one on an object store, read
+    through `files`), None without one."""
     log = output / LOG_DIR
-    if not log.is_dir():
+    listed = files.list(log)
+    if not listed:
         return None
-    batches = logged_batches(output)
+    batches = logged_batches(output, files)
     entries = [
-        log / f"{batch}.compact" if (log / f"{batch}.compact").is_file() else log / str(batch) for batch in batches
+        log / f"{batch}.compact" if log / f"{batch}.compact" in listed else log / str(batch) for batch in batches
     ]
     merged = [index for index, entry in enumerate(entries) if entry.name.endswith(".compact")]
-    files: dict[str, Path] = {}
+    scheme = path_scheme(output)
+    data: dict[str, Path] = {}
     for entry in entries[merged[-1] if merged else 0 :]:
-        lines = entry.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = read_text(files, entry, errors="replace").splitlines()
         parsed = [_record(line) for line in lines[1:] if line.strip()]
         records = [record for record in parsed if record is not None]
         if not lines or lines[0] != LOG_VERSION or len(records) < len(parsed):
-            return SinkLog(log, batches, entries, list(files.values()), entry)
+            return SinkLog(log, batches, entries, list(data.values()), entry, files)
         for record in records:
             location = urlparse(record["path"])
-            if location.scheme not in ("", "file"):
-                continue
+            if location.scheme not in ((scheme,) if scheme else ("", "file")):
+                continue  # another file system's: not read from here
+            named = unquote(location.path)
             if record.get("action") == "delete":
-                files.pop(location.path, None)
+                data.pop(named, None)
             else:
-                files[location.path] = Path(unquote(location.path))
-    return SinkLog(log, batches, entries, list(files.values()), None)
+                data[named] = LocationPath(f"{scheme}://{location.netloc}{named}") if scheme else Path(named)
+    return SinkLog(log, batches, entries, list(data.values()), None, files)
 
 
 def _record(line: str) -> dict | None:

@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...core.checkpoint.file_access import LocalFiles
+from ...core.checkpoint.file_access import LocalFiles, LocationPath, local_resolved
 from ...core.checkpoint.files import (
     LANDING_FLAGS,
     LOCAL,
@@ -80,10 +80,9 @@ class GuardReport:
 
 def output_seen(settings: Settings, files: Files) -> bool:
     """Whether the guard compares the output with the checkpoint: where this machine reads the checkpoint
-    itself (its disk, an object store) and the output is not on an object store (not read there yet)."""
-    return isinstance(files, (LocalFiles, StoreFiles)) and not (
-        settings.sink.writes_files and store_of(settings.sink.path)
-    )
+    itself (its disk, an object store), and so the output; or the output is on an object store, which this
+    machine reads whoever runs the job."""
+    return isinstance(files, (LocalFiles, StoreFiles)) or bool(store_of(settings.sink.path))
 
 
 def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool = True) -> GuardReport:
@@ -107,14 +106,9 @@ def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool
         check_sink_log(held.sink_log)
         report.refusals += output_ahead(settings, held)
     elif settings.sink.writes_files:
-        where = (
-            "it is on an object store, where the guard reads no output yet"
-            if store_of(settings.sink.path)
-            else "it is on the Spark Connect server's file system, and Spark reads no file of an output's log through"
-            " a session"
-        )
         report.notes.append(
-            f"sink.path {settings.sink.path} is not compared with the checkpoint before the start: {where}"
+            f"sink.path {settings.sink.path} is not compared with the checkpoint before the start: it is on the Spark"
+            " Connect server's file system, and Spark reads no file of an output's log through a session"
         )
     report.held = held
     if held.last_batch is None:
@@ -285,19 +279,19 @@ def moved_landings(settings: Settings, held: CheckpointRead) -> list[tuple[str, 
     files it read by their full path, and would read every file that moved along again. (why, the
     folder read before) for each."""
     landings = {
-        section: Path(source.files.path).resolve()
+        section: (local_resolved(place[0]), place[1])
         for section, source in settings.inputs.items()
-        if source.type == "files" and local_checkpoint(source.files.path) is not None
+        if source.type == "files" and (place := _landing(source.files.path)) is not None
     }
     sources = [files for files in held.files_read if files]
-    folders_read = [{path.parent.resolve() for path in files} for files in sources]
+    folders_read = [{local_resolved(path.parent) for path in files} for files in sources]
     moved = []
     for files, folders in zip(sources, folders_read, strict=True):
-        if folders & set(landings.values()):
+        if folders & {landing for landing, _ in landings.values()}:
             continue  # read from where the settings point
-        for section, landing in landings.items():
+        for section, (landing, reader) in landings.items():
             read_by_another = any(landing in other for other in folders_read)
-            if not read_by_another and any((landing / path.name).is_file() for path in files):
+            if not read_by_another and any(reader.exists(landing / path.name) for path in files):
                 before = sorted(folders)
                 moved.append(
                     (
@@ -311,9 +305,25 @@ def moved_landings(settings: Settings, held: CheckpointRead) -> list[tuple[str, 
     return moved
 
 
+def _landing(location: str) -> tuple[Path, Files] | None:
+    """A landing folder and the reader of its files: this machine's disk, or an object store."""
+    if store_of(location):
+        return LocationPath(location), StoreFiles(location)
+    local = local_checkpoint(location)
+    return None if local is None else (local, LOCAL)
+
+
 def savepoint_way(settings: Settings, checkpoint: Path, written_for: Path) -> str:
     """How a job copied or moved from the project of `written_for` takes its paths along: a savepoint of
-    the job there, restored here, which moves every path Spark wrote (restore fills new folders only)."""
+    the job there, restored here, which moves every path Spark wrote (restore fills new folders only). A
+    savepoint copies local folders only: a job with a folder on an object store keeps its folders there."""
+    landings_there = [source.files.path for source in settings.inputs.values() if source.type == "files"]
+    there = [settings.query.checkpoint_location, *([settings.sink.path] if settings.sink.writes_files else [])]
+    if any(store_of(location) for location in [*there, *landings_there]):
+        return (
+            f"A savepoint moves a job's local folders only, not yet those on an object store: point the settings back"
+            f" at the folders it wrote ({written_for})"
+        )
     output = local_checkpoint(settings.sink.path) if settings.sink.writes_files else None
     places = [shlex.quote(str(folder)) for folder in (checkpoint, output) if folder is not None]
     landings = "".join(

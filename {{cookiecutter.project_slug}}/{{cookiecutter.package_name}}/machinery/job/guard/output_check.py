@@ -23,6 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from pyspark.sql.types import StructType
 
+from ...core.checkpoint.file_access import LOCAL, LocationPath, local_resolved
 from ...core.checkpoint.files import (
     START_OVER,
     CheckpointRead,
@@ -31,6 +32,7 @@ from ...core.checkpoint.files import (
     check_checksums,
     local_checkpoint,
 )
+from ...core.checkpoint.object_store import StoreFiles, store_of
 from ...core.checkpoint.sink_log import (
     DELTA_LOG,
     LOG_DIR,
@@ -39,16 +41,29 @@ from ...core.checkpoint.sink_log import (
     SinkLog,
     TableBehind,
     files_gone,
+    files_missing,
     read_sink_log,
 )
 from ...core.settings import Settings
 from ..endpoints.delta import columns, committed_version, gone_files, stream_writers
 
 
+def output_folder(settings: Settings) -> Path | None:
+    """The output of a sink that writes files, as its reader names it: its folder on this machine's disk, or
+    its LocationPath for parquet on an object store (a Delta table there is refused by the settings); None for
+    another sink, or another file system."""
+    if not settings.sink.writes_files:
+        return None
+    on_store = settings.sink.type == "parquet" and store_of(settings.sink.path)
+    return local_checkpoint(settings.sink.path) or (LocationPath(settings.sink.path) if on_store else None)
+
+
 def read_output_log(settings: Settings) -> SinkLog | None:
-    """The log of a parquet output on the local file system, read once for a start's checks."""
-    output = local_checkpoint(settings.sink.path) if settings.sink.type == "parquet" else None
-    return None if output is None else read_sink_log(output)
+    """The log of a parquet output on this machine's disk or an object store, read once for a start's checks."""
+    output = output_folder(settings) if settings.sink.type == "parquet" else None
+    if output is None:
+        return None
+    return read_sink_log(output, StoreFiles(settings.sink.path) if store_of(settings.sink.path) else LOCAL)
 
 
 def with_output(settings: Settings, held: CheckpointRead) -> CheckpointRead:
@@ -65,7 +80,7 @@ class OutputLost(Exception):
 def lost_output(settings: Settings, held: CheckpointRead) -> list[str]:
     """Committed output that is gone: one line, with the ways on; [] when it is all there."""
     last = held.last_committed
-    output = local_checkpoint(settings.sink.path) if settings.sink.writes_files else None
+    output = output_folder(settings)
     if last is None or output is None:
         return []
     if settings.sink.type == "parquet":
@@ -165,8 +180,8 @@ def output_elsewhere(settings: Settings, log: SinkLog | None) -> list[tuple[str,
     so the rows there are lost with that folder. (why, the first such folder), or []."""
     if log is None:
         return []
-    output = log.folder.parent.resolve()
-    folders = {path.parent.resolve() for path in log.live_files}  # a folder or a few: resolved once each
+    output = local_resolved(log.folder.parent)
+    folders = {local_resolved(path.parent) for path in log.live_files}  # a folder or a few: resolved once each
     elsewhere = sorted(folder for folder in folders if folder != output and output not in folder.parents)
     if not elsewhere:
         return []
@@ -198,7 +213,7 @@ def check_sink_log(log: SinkLog | None) -> None:
 def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
     """One line when the output holds batches past the last one the checkpoint logged, which the sink
     would skip as written (see the module's docstring); [] otherwise."""
-    output = local_checkpoint(settings.sink.path) if settings.sink.writes_files else None
+    output = output_folder(settings)
     if output is None:
         return []
     last = -1 if held.last_batch is None else held.last_batch
@@ -262,9 +277,9 @@ SPARK_ROW_SCHEMA = b"org.apache.spark.sql.parquet.row.metadata"
 def output_columns(log: SinkLog | None) -> tuple[str, ...] | None:
     """The columns of the newest data file of a parquet output as "name type" (a reader of the output
     takes one file's columns and types for all), None without one or without Spark's schema in it."""
-    newest = None if log is None else next((path for path in reversed(log.live_files) if path.is_file()), None)
+    newest = None if log is None else next((path for path in reversed(log.live_files) if log.files.exists(path)), None)
     try:
-        footer = None if newest is None else pq.read_schema(newest).metadata or {}
+        footer = None if log is None or newest is None else pq.read_schema(_opened(log, newest)).metadata or {}
         written = None if footer is None or SPARK_ROW_SCHEMA not in footer else json.loads(footer[SPARK_ROW_SCHEMA])
         return None if written is None else columns(StructType.fromJson(written))
     except (
@@ -276,13 +291,19 @@ def output_columns(log: SinkLog | None) -> tuple[str, ...] | None:
         return None
 
 
+def _opened(log: SinkLog, path: Path) -> object:
+    """A data file of the log's output for pyarrow to read its footer: a local path, or a store's file opened
+    for reads by range (the footer alone is fetched)."""
+    return log.files.open(path) if isinstance(log.files, StoreFiles) else path
+
+
 def _file_sink_problem(log: SinkLog | None, last_committed: int) -> str | None:
     if log is None:
         return f"{LOG_DIR}, the parquet sink's log of the files it committed, is not there"
     if log.newest < last_committed:
         ends = f"ends at batch {log.newest}" if log.batches else "is empty"
         return f"its {LOG_DIR} {ends}"
-    return files_gone([path for path in log.live_files if not path.exists()])
+    return files_gone(files_missing(log.live_files, log.files))
 
 
 def _delta_problem(output: Path, behind: TableBehind | None) -> str | None:

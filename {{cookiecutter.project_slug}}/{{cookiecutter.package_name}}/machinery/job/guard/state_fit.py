@@ -31,12 +31,12 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ...core import real_time
+from ...core.checkpoint.file_access import LocationPath
 from ...core.checkpoint.files import LOCAL, START_OVER, CheckpointRead, CheckpointUnreadable, Files, local_checkpoint
 from ...core.operators import BY_SPARK_NAME
 from ...core.plan_operators import OTHER_STATEFUL, PlanOperator, chain, flow_order
@@ -152,7 +152,7 @@ class KeyRecord:
     def __init__(self, spark: SparkSession | None, checkpoint: str, files: Files | None = None) -> None:
         self._spark = spark
         self._files = files if files is not None else checkpoint_files(_session(spark), checkpoint)
-        self._root = local_checkpoint(checkpoint) or Path(checkpoint)
+        self._root = local_checkpoint(checkpoint) or LocationPath(checkpoint)
         self.folder = checkpoint.rstrip("/") + "/" + RECORD_FOLDER
         self._versions = self._read_versions()
         self.location = self.folder if self._versions else checkpoint.rstrip("/") + "/" + RECORD_NAME

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
+from ...core.checkpoint.file_access import LocationPath
 from ...core.checkpoint.files import LOCAL, Files, local_checkpoint
 from ...core.checkpoint.object_store import StoreFiles, store_of
 from .remote import is_connect
@@ -45,7 +46,7 @@ class CheckpointReader:
     @property
     def root(self) -> Path:
         """The checkpoint as a path, as its readers name its files."""
-        return self.local or Path(self.location)
+        return self.local or LocationPath(self.location)
 
     def files(self) -> Files:
         """A reader of its files as they are now (a session's keeps what it listed: one reader per check)."""

@@ -61,7 +61,9 @@ FILES = 10  # one per batch, two seconds apart: a run long enough to kill its cl
 class ConnectServer:
     """A local Spark Connect server on a port of its own, as a process group that a test may SIGKILL."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, options: Iterable[str] = (), env: dict[str, str] | None = None) -> None:
+        """`options`: spark-submit's own (--packages, --conf), `env`: variables of its own (the AWS ones)."""
+        self.options, self.env = list(options), env or {}
         self.port = free_port()
         self.url = f"sc://127.0.0.1:{self.port}"
         self.log = folder / "connect-server.log"
@@ -75,8 +77,9 @@ class ConnectServer:
             # The Python of its workers and foreachBatch: the project's libraries, not the project, whose code
             # travels with the query (job/spark/remote.py).
             "PYSPARK_PYTHON": sys.executable,
+            **self.env,
         }
-        command = [str(bin_folder / "spark-submit"), "--class", SERVER_CLASS, "--master", "local[2]"]
+        command = [str(bin_folder / "spark-submit"), "--class", SERVER_CLASS, "--master", "local[2]", *self.options]
         command += ["--conf", f"spark.connect.grpc.binding.port={self.port}", "spark-internal"]
         with open(self.log, "a") as log:
             self.process = subprocess.Popen(

@@ -19,8 +19,14 @@ from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
+from stream_job.machinery.core.checkpoint.file_access import LocationPath
 from stream_job.machinery.core.checkpoint.object_store import StoreFiles
+from stream_job.machinery.core.checkpoint.sink_log import read_sink_log
+from stream_job.machinery.job.endpoints.delta import DeltaLakeBatchWriter, open_table
 from stream_job.machinery.job.run.advice import store_gone_advice
+from stream_job.machinery.job.spark.connectors import file_system_confs
+from stream_job.machinery.job.spark.session import start_confs
+from stream_job.machinery.testing import run_batch
 
 from .conftest import (
     BAKED_OPERATOR,
@@ -31,9 +37,11 @@ from .conftest import (
     expected_row_count,
     files_job,
     free_port,
+    read_events_batch,
     run_cli,
     run_main,
 )
+from .test_connect import ConnectServer
 
 pytestmark = [
     pytest.mark.streaming,
@@ -90,6 +98,18 @@ def s3_server(tmp_path_factory):
         server.wait(timeout=30)
 
 
+def job_process(settings: Path, env: dict[str, str], *more: str) -> subprocess.CompletedProcess[str]:
+    """`python main.py --settings settings more...` as a process of its own: the session the S3 connector's."""
+    return subprocess.run(
+        [sys.executable, "main.py", "--settings", str(settings), *more],
+        cwd=PROJECT_DIR,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
 def keys(client, prefix: str) -> list[str]:
     found = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
     return sorted(item["Key"] for item in found)
@@ -122,18 +142,99 @@ def test_a_bucket_that_is_not_there_or_a_server_that_does_not_answer_is_one_line
     assert keys(client, "") == before
 
 
-def test_a_delta_table_on_s3_is_refused_in_one_line_for_now(s3_server, write_settings, tmp_path):
-    _, client = s3_server
-    changes = files_job(tmp_path, "delta", "rocksdb")
-    changes["sink"]["path"] = f"s3a://{BUCKET}/{tmp_path.name}/table"
-    refused = run_main("--settings", str(write_settings(changes)))
-    assert refused.returncode == 2
-    assert refused.stderr.strip().endswith(
-        f"sink.path = 's3a://{BUCKET}/{tmp_path.name}/table': a Delta table on object storage is not supported yet"
-        " (neither writer's exactly-once, append or MERGE, is proven there); write parquet there (sink.type parquet),"
-        " or keep the table on a disk this machine mounts"
-    ), refused.stderr
-    assert keys(client, tmp_path.name) == []
+def table_batches(client, prefix: str) -> list[int]:
+    """The batch ids the Delta table's commits record (their txn versions), in commit order."""
+    found = []
+    for key in keys(client, f"{prefix}/_delta_log/"):
+        if key.endswith(".json"):
+            lines = client.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode().splitlines()
+            found += [json.loads(line)["txn"]["version"] for line in lines if '"txn"' in line]
+    return found
+
+
+def table_rows(spark, table: str):
+    return spark.createDataFrame(open_table(table).to_pyarrow_table())
+
+
+@pytest.mark.parametrize(
+    ("writer", "mode"),
+    [
+        pytest.param("delta", "update", id="deltalake-merge"),
+        pytest.param("delta-spark", "append", id="delta-spark-sink", marks=pytest.mark.delta_spark),
+    ],
+)
+def test_a_delta_table_on_s3_holds_each_batch_once_and_the_guard_reads_it(
+    s3_server, spark, make_settings, write_settings, tmp_path, writer, mode
+):
+    """Both writers on s3a: deltalake MERGEs each batch (update mode), Spark's Delta sink appends; the job is
+    stopped after a batch and started again, and the table holds each batch once and the batch job's
+    rows. The guard then reads the table on S3: a new checkpoint against it, and a data file deleted, are each
+    one line before Spark starts."""
+    aws, client = s3_server
+    changes = files_job(tmp_path, writer, "rocksdb", changelog=True, files=3)
+    changes["sink"]["output_mode"] = mode
+    local = make_settings(changes)
+    root = f"s3a://{BUCKET}/{tmp_path.name}"
+    changes["sink"]["path"] = table = f"{root}/table"
+    changes["query"]["checkpoint_location"] = checkpoint = f"{root}/checkpoint"
+    path = write_settings(changes)
+    env = {**clean_env(), **aws}
+    # Stopped after its first batch (and the one in flight), then started again: the restart reads its state
+    # back from S3 and still has a file to read (a restart without new input runs no closing batch).
+    for more in (["--max-batches", "1"], []):
+        run = job_process(path, env, *more)
+        assert run.returncode == 0, run.stderr[-3000:]
+    assert batches(checkpoint, "commits") == [0, 1, 2, 3]  # the files, then the closing batch
+    recorded = table_batches(client, f"{tmp_path.name}/table")
+    assert recorded == sorted(set(recorded)) == [0, 1, 2, 3], recorded
+    if mode == "update":
+        expected = run_batch(spark, read_events_batch(spark, local.source.files.path), None, query=local.query)
+    else:
+        expected = batch_expectation(spark, local)
+    held = table_rows(spark, table)
+    assertDataFrameEqual(held, expected.select(*held.columns))
+    if mode == "update":  # inspect reads the state and its change feed from the checkpoint on S3
+        looked = subprocess.run(
+            [sys.executable, "-m", "stream_job", "inspect", "--settings", str(path), "--json", "--key", "key-0"],
+            cwd=PROJECT_DIR,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        assert looked.returncode == 0, looked.stderr[-3000:]
+        found = json.loads(looked.stdout)
+        assert found["key"] == "key-0" and found["history"], found
+
+    query = json.loads(client.get_object(Bucket=BUCKET, Key=f"{tmp_path.name}/checkpoint/metadata")["Body"].read())
+    fresh = {**changes, "query": {**changes["query"], "checkpoint_location": f"{root}/fresh"}}
+    again = run_main("--settings", str(write_settings(fresh)))
+    assert again.returncode == 4, again.stderr
+    assert f"sink.path {table} holds the output of query {query['id']} up to batch 3" in again.stderr, again.stderr
+    # A file the table's log lists (a batch the stop interrupted may have left others, never committed).
+    written = [uri.removeprefix(f"s3a://{BUCKET}/") for uri in open_table(table).file_uris()]
+    client.delete_object(Bucket=BUCKET, Key=written[0])
+    lost = run_main("--settings", str(write_settings(changes)))
+    assert lost.returncode == 4, lost.stderr
+    assert f"sink.path {table} has lost committed output: 1 of the files its log lists as committed are gone" in (
+        lost.stderr
+    ), lost.stderr
+
+
+def test_the_deltalake_writer_on_s3_skips_a_replayed_batch(s3_server, spark, tmp_path):
+    """A batch run again after a crash between the table's commit and Spark's, on a table on S3: not written
+    twice (the writer reads the query id from the checkpoint through Spark: here a local one)."""
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text(json.dumps({"id": "query-1"}))
+    table = f"s3a://{BUCKET}/{tmp_path.name}/table"
+    writer = DeltaLakeBatchWriter(table, str(checkpoint))
+    batch = spark.createDataFrame([(0, "a", 3)], "window_start long, key string, events long")
+    writer(batch, 0)
+    writer(batch, 0)
+    assert writer.skipped_batches == [0]
+    assert open_table(table).transaction_version("query-1") == 0
+    assert table_rows(spark, table).collect() == batch.collect()
 
 
 def test_a_job_on_s3_refuses_a_second_driver_and_killed_mid_batch_restarts_exact(
@@ -208,10 +309,10 @@ def test_a_job_on_s3_refuses_a_second_driver_and_killed_mid_batch_restarts_exact
     assert f"spark.shuffle_partitions is 3 in settings, but the checkpoint {checkpoint} holds 2" in drift.stderr
     shutil.rmtree(tmp_path / "read")
     changes["spark"]["shuffle_partitions"] = 2
-    refuses_what_the_output_and_landing_on_s3_say(client, changes, root, write_settings)
+    refuses_what_the_output_and_landing_on_s3_say(client, changes, root, write_settings, tmp_path)
 
 
-def refuses_what_the_output_and_landing_on_s3_say(client, changes: dict, root: str, write_settings) -> None:
+def refuses_what_the_output_and_landing_on_s3_say(client, changes: dict, root: str, write_settings, tmp_path) -> None:
     """The guard reads the output's log and the landing folder on S3 as on a local disk: each finding is one
     line before Spark starts, and nothing is written."""
     prefix = root.removeprefix(f"s3a://{BUCKET}/")
@@ -234,11 +335,18 @@ def refuses_what_the_output_and_landing_on_s3_say(client, changes: dict, root: s
         f"source.files.path is {root}/moved in settings, but the checkpoint {root}/checkpoint holds {root}/landing:"
         in landing.stderr
     ), landing.stderr
-    assert f"point the settings back at the folders it wrote ({root}/landing)" in landing.stderr
+    assert (
+        f"python -m stream_job savepoint restore SAVEPOINT --checkpoint {root}/checkpoint --output {root}/output"
+        f" --landing {root}/moved" in landing.stderr
+    ), landing.stderr
     for key in keys(client, f"{prefix}/moved/"):
         client.delete_object(Bucket=BUCKET, Key=key)
 
-    written = [key for key in keys(client, f"{prefix}/output/") if key.endswith(".parquet")]
+    moves_by_a_savepoint(client, changes, root, write_settings, tmp_path)
+    # A file the sink's log lists (a batch in flight at the kill may have left others, never committed).
+    log = read_sink_log(LocationPath(f"{root}/output"), StoreFiles(root))
+    assert log is not None and log.live_files
+    written = [str(log.live_files[0]).removeprefix(f"s3a://{BUCKET}/")]
     client.delete_object(Bucket=BUCKET, Key=written[0])
     lost = run_main("--settings", str(write_settings(changes)))
     assert lost.returncode == 4, lost.stderr
@@ -246,7 +354,45 @@ def refuses_what_the_output_and_landing_on_s3_say(client, changes: dict, root: s
         f"sink.path {root}/output has lost committed output: 1 of the files its log lists as committed are gone"
         f" (s3a://{BUCKET}/{written[0]})" in lost.stderr
     ), lost.stderr
-    assert keys(client, prefix) == [key for key in before if key != written[0]]
+    left = [key for key in keys(client, prefix) if "/restored/" not in key]  # the savepoint's restore made those
+    assert left == [key for key in before if key != written[0]]
+
+
+def moves_by_a_savepoint(client, changes: dict, root: str, write_settings, tmp_path) -> None:
+    """A savepoint of the stopped job on S3 (taken down to this machine's disk), restored to new folders on S3
+    with every path Spark wrote moved there, verified against its manifest, and found whole by the guard."""
+    savepoint, moved = tmp_path / "savepoint", f"{root}/restored"
+    made = run_cli("savepoint", "create", "--settings", str(write_settings(changes)), str(savepoint))
+    assert made.returncode == 0, made.stderr[-3000:]
+    manifest = json.loads((savepoint / "manifest.json").read_text())
+    assert manifest["locations"] == {"checkpoint": f"{root}/checkpoint", "output": f"{root}/output"}
+    assert not any(name.endswith(".lease") for name in manifest["files"])
+    given = ["--checkpoint", f"{moved}/checkpoint", "--output", f"{moved}/output"]
+    restored = run_cli("savepoint", "restore", str(savepoint), *given)
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    assert f'query.checkpoint_location: "{moved}/checkpoint"' in restored.stdout
+    verified = run_cli("savepoint", "verify", str(savepoint), *given)
+    assert verified.returncode == 0, verified.stderr[-3000:]
+    assert "the restored files match the manifest" in verified.stdout
+    prefix = moved.removeprefix(f"s3a://{BUCKET}/")
+    log = [key for key in keys(client, f"{prefix}/output/_spark_metadata/") if key.rsplit("/", 1)[-1].isdigit()]
+    entry = client.get_object(Bucket=BUCKET, Key=log[-1])["Body"].read().decode()
+    assert f'"{moved}/output/part-' in entry and f'"{root}/output/' not in entry, entry
+    there = {**changes, "query": {**changes["query"], "checkpoint_location": f"{moved}/checkpoint"}}
+    there["sink"] = {**changes["sink"], "path": f"{moved}/output"}
+    checked = run_cli("check", "--settings", str(write_settings(there)))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    again = run_cli("savepoint", "restore", str(savepoint), *given)
+    assert again.returncode != 0 and f"{moved}/checkpoint is not empty" in again.stderr, again.stderr
+    # Down to this machine's disk too (where repartition runs): the paths moved from s3a:// to file:.
+    here = ["--checkpoint", str(tmp_path / "here" / "checkpoint"), "--output", str(tmp_path / "here" / "output")]
+    down = run_cli("savepoint", "restore", str(savepoint), *here)
+    assert down.returncode == 0, down.stderr[-3000:]
+    entry = max((tmp_path / "here" / "output" / "_spark_metadata").glob("[0-9]*"), key=lambda path: int(path.stem))
+    assert f'"file://{tmp_path}/here/output/part-' in entry.read_text()
+    local = {**there, "query": {**there["query"], "checkpoint_location": here[1]}, "sink": {**there["sink"]}}
+    local["sink"]["path"] = here[3]
+    assert run_cli("check", "--settings", str(write_settings(local))).returncode == 0
 
 
 # The restart, and the output read back by the same session (it has the S3 connector), into a local copy.
@@ -261,6 +407,39 @@ if code == 0:
     build_session(settings).read.parquet(settings.sink.path).write.parquet(sys.argv[2])
 sys.exit(code)
 """
+
+
+def test_a_job_through_spark_connect_keeps_its_checkpoint_and_output_on_s3(
+    s3_server, spark, make_settings, write_settings, tmp_path
+):
+    """A Spark Connect server with the S3 connector, and a client that reaches the checkpoint on S3 itself:
+    its guard and its lease read and write the store from the client's machine (no disk shared through the
+    session), the server's Spark runs the query, and the output holds the batch computation's rows."""
+    aws, client = s3_server
+    changes = files_job(tmp_path, "parquet", "rocksdb", changelog=True, files=3)
+    local = make_settings(changes)
+    root = f"s3a://{BUCKET}/{tmp_path.name}"
+    changes["sink"]["path"], changes["query"]["checkpoint_location"] = f"{root}/output", f"{root}/checkpoint"
+    confs = start_confs(file_system_confs(make_settings(changes)))  # the S3 connector's JARs, S3A's confs
+    server = ConnectServer(tmp_path, [arg for key, value in confs.items() for arg in ("--conf", f"{key}={value}")], aws)
+    server.start()
+    try:
+        changes["spark"]["remote"] = server.url
+        run = job_process(write_settings(changes), {**clean_env(), **aws})
+    finally:
+        server.kill()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"checkpoint: no checkpoint yet at {root}/checkpoint: this run starts one" in run.stdout
+    assert "through Spark Connect" in run.stdout, run.stdout
+    assert batches(f"{root}/checkpoint", "commits") == [0, 1, 2, 3]
+    assert f"{tmp_path.name}/checkpoint/.lease" not in keys(client, tmp_path.name)  # taken and released
+    log = read_sink_log(LocationPath(f"{root}/output"), StoreFiles(root))
+    assert log is not None
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = pa.concat_tables([pq.read_table(log.files.open(path)) for path in log.live_files])
+    assertDataFrameEqual(spark.createDataFrame(rows.to_pandas()), batch_expectation(spark, local))
 
 
 def test_estimate_bills_the_requests_of_a_checkpoint_on_s3(write_settings):

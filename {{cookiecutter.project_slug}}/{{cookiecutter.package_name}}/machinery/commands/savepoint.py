@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -24,11 +25,14 @@ from ..operations.savepoint import (
     check_restored,
     compare_state,
     create,
+    place_of,
     plan_create,
     plan_restore,
+    publish,
     read_manifest,
     read_state,
     restore,
+    staged_here,
     undo_restore,
 )
 from .arguments import add_settings_argument
@@ -52,11 +56,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         "restore", help="copy a savepoint into a new checkpoint and output folder, moving the paths Spark wrote"
     )
     put.add_argument("savepoint", type=Path, help="the folder savepoint create wrote")
-    put.add_argument("--checkpoint", type=Path, required=True, help="the new checkpoint folder (new or empty)")
-    put.add_argument("--output", type=Path, help="the new output folder (new or empty), for a savepoint with output")
+    put.add_argument(
+        "--checkpoint", type=_place, required=True, help="the new checkpoint folder (new or empty; s3a:// too)"
+    )
+    put.add_argument("--output", type=_place, help="the new output folder (new or empty), for a savepoint with output")
     for section, flag in LANDING_FLAGS.items():
         put.add_argument(
-            flag, dest=section, type=Path, metavar="FOLDER", help=f"where {section}'s input files are now, if moved"
+            flag, dest=section, type=_place, metavar="FOLDER", help=f"where {section}'s input files are now, if moved"
         )
     put.set_defaults(handler=cmd_restore)
 
@@ -65,8 +71,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="compare a savepoint, or a checkpoint restored from it, with its manifest (exit 4 on a difference)",
     )
     check.add_argument("savepoint", type=Path, help="the folder savepoint create wrote")
-    check.add_argument("--checkpoint", type=Path, help="a checkpoint restored from it: check that instead")
-    check.add_argument("--output", type=Path, help="the output restored with it (with --checkpoint)")
+    check.add_argument("--checkpoint", type=_place, help="a checkpoint restored from it: check that instead")
+    check.add_argument("--output", type=_place, help="the output restored with it (with --checkpoint)")
     check.set_defaults(handler=cmd_verify)
 
 
@@ -116,23 +122,25 @@ def cmd_restore(args: argparse.Namespace) -> int:
     savepoint = _absolute(args.savepoint)
     manifest = read_manifest(savepoint)
     given = {section: getattr(args, section) for section in LANDING_FLAGS}
-    landing = {section: _absolute(folder) for section, folder in given.items() if folder is not None}
-    targets = Targets(_absolute(args.checkpoint), _absolute(args.output) if args.output else None, landing)
+    landing = {section: folder for section, folder in given.items() if folder is not None}
+    targets = Targets(args.checkpoint, args.output, landing)
     plan_restore(savepoint, manifest, targets)
     check_files(savepoint, manifest)  # a damaged savepoint is not restored
     print(f"savepoint: restoring batch {manifest['batch']} from {savepoint}", flush=True)
-    rewritten = restore(savepoint, manifest, targets)
-    copies = {CHECKPOINT: targets.checkpoint, **({OUTPUT: targets.output} if targets.output else {})}
-    try:
-        check_restored(manifest, copies)
-        with state_reader() as session:
-            compare_state(manifest, read_state(session, targets.checkpoint, manifest["batch"]), targets.checkpoint)
-    except SavepointMismatch as error:
-        undo_restore(targets)
-        raise SavepointMismatch(f"{error}; the restored folders were removed, nothing else was changed") from None
-    except BaseException:
-        undo_restore(targets)
-        raise
+    with tempfile.TemporaryDirectory(prefix="savepoint-restore-") as staging:
+        here = targets.staged(Path(staging))  # made and checked here, then uploaded, for a target on a store
+        try:
+            rewritten = restore(savepoint, manifest, targets, here)
+            check_restored(manifest, here.places, targets.places)
+            with state_reader() as session:
+                compare_state(manifest, read_state(session, here.checkpoint, manifest["batch"]), targets.checkpoint)
+            publish(here, targets)
+        except SavepointMismatch as error:
+            undo_restore(targets)
+            raise SavepointMismatch(f"{error}; the restored folders were removed, nothing else was changed") from None
+        except BaseException:
+            undo_restore(targets)
+            raise
     print(f"savepoint: moved the absolute paths Spark wrote in {len(rewritten)} files to the new locations")
     _print_state(manifest)
     changes = {"query.checkpoint_location": targets.checkpoint}
@@ -155,16 +163,19 @@ def cmd_restore(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     savepoint = _absolute(args.savepoint)
     manifest = read_manifest(savepoint)
+    if args.checkpoint is None and args.output is not None:
+        raise SavepointRefused("--output goes with --checkpoint: give the restored checkpoint too")
     if args.checkpoint is None:
-        if args.output is not None:
-            raise SavepointRefused("--output goes with --checkpoint: give the restored checkpoint too")
         check_files(savepoint, manifest)
-        where = savepoint / CHECKPOINT
-    else:
-        where = _absolute(args.checkpoint)
-        check_restored(manifest, {CHECKPOINT: where, **({OUTPUT: _absolute(args.output)} if args.output else {})})
-    with state_reader() as session:
-        compare_state(manifest, read_state(session, where, manifest["batch"]), where)
+    with tempfile.TemporaryDirectory(prefix="savepoint-verify-") as staging:
+        here = where = savepoint / CHECKPOINT
+        if args.checkpoint is not None:
+            places = {CHECKPOINT: args.checkpoint, **({OUTPUT: args.output} if args.output else {})}
+            copies = staged_here(places, Path(staging))  # those on an object store copied here to be read
+            check_restored(manifest, copies, places)
+            here, where = copies[CHECKPOINT], args.checkpoint
+        with state_reader() as session:
+            compare_state(manifest, read_state(session, here, manifest["batch"]), where)
     checked = "the savepoint's files" if args.checkpoint is None else "the restored files"
     print(f"savepoint verify: {where}: {checked} match the manifest; the state of batch {manifest['batch']}:")
     _print_state(manifest)
@@ -180,3 +191,11 @@ def _print_state(manifest: dict[str, Any]) -> None:
 
 def _absolute(path: Path) -> Path:
     return path.expanduser().absolute()
+
+
+def _place(text: str) -> Path:
+    """A folder given on the command line: on this machine's disk (made absolute), or on an object store."""
+    place = place_of(text)
+    if place is None:
+        raise argparse.ArgumentTypeError(f"{text} is neither on this machine's disk nor on an object store (s3a://)")
+    return place

@@ -102,8 +102,10 @@ def plan(location: str, partitions: int, finish_last_batch: bool = False) -> Pla
     if checkpoint is None:
         raise RepartitionRefused(
             f"{location} is not on the local file system: repartition checks and copies the checkpoint here"
-            " before it changes it. Copy the checkpoint to a local disk (or a mount such as /dbfs), repartition"
-            " it there and copy it back with the job stopped"
+            " before it changes it. With the job stopped, move the checkpoint and output to a local disk (or a"
+            f" mount such as /dbfs) with python -m {PACKAGE} savepoint create SAVEPOINT and savepoint restore"
+            " SAVEPOINT --checkpoint FOLDER --output FOLDER (which moves every path Spark wrote; from s3a:// too),"
+            " repartition there, and move it back the same way"
         )
     held = read_checkpoint(checkpoint)
     if held.last_batch is None or held.last_committed is None:

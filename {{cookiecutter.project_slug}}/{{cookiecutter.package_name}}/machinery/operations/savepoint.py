@@ -11,6 +11,10 @@ moves the absolute paths Spark wrote (path_records) to them; `verify` compares a
 restored checkpoint and output, with the manifest. The landing folders are the user's input, not the
 job's: a savepoint does not copy them, and `restore --landing` only rewrites where the checkpoint says
 the files it has read are.
+
+The job's folders may be on an object store (s3a://): create copies them down into the savepoint (a folder
+on this machine's disk), and restore makes and checks the copy here first (`staged`), then uploads it,
+the checkpoint's logs last: until they are there, the store holds no checkpoint to start from.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint import path_records
 from ..core.checkpoint.copying import made_whole
+from ..core.checkpoint.file_access import LOCAL, Files, LocationPath, path_scheme
 from ..core.checkpoint.files import (
     LANDING_FLAGS,
     held_format_version,
@@ -33,6 +38,8 @@ from ..core.checkpoint.files import (
     query_id,
     read_checkpoint,
 )
+from ..core.checkpoint.lease import LEASE_OBJECT
+from ..core.checkpoint.object_store import StoreFiles, store_of
 from ..core.checkpoint.run_lock import LOCK_FILE, holder
 from ..core.checkpoint.sink_log import DELTA_LOG, LOG_DIR
 from ..core.confs import INTEGRITY_CONFS
@@ -58,6 +65,25 @@ class SavepointMismatch(Exception):
     """A savepoint or a restored copy differs from the manifest; the message names the first difference."""
 
 
+# A checkpoint's files that say there is one (its query id and logs): uploaded to a store last.
+CHECKPOINT_LAST = ("metadata", "offsets", "commits")
+OUTPUT_LAST = (LOG_DIR, DELTA_LOG)
+
+
+def place_of(location: str) -> Path | None:
+    """A job's folder as a savepoint names it: absolute on this machine's disk, or its LocationPath on an
+    object store; None on another file system."""
+    if store_of(location):
+        return LocationPath(location)
+    local = local_checkpoint(location)
+    return None if local is None else local.expanduser().absolute()
+
+
+def files_of(folder: Path) -> Files:
+    """The reader of a folder's files: an object store's for a LocationPath, else this machine's disk."""
+    return StoreFiles(str(folder)) if path_scheme(folder) else LOCAL
+
+
 @dataclass(frozen=True)
 class Origin:
     """What a savepoint is taken of: checked, nothing written yet."""
@@ -69,23 +95,23 @@ class Origin:
 
 
 def plan_create(settings: Settings, target: Path) -> Origin:
-    """Every check that needs no Spark: a local checkpoint, nobody on it, its last batch committed, its
-    committed output all there, an empty target. Reads only."""
+    """Every check that needs no Spark: a checkpoint here or on an object store, nobody on it, its last batch
+    committed, its committed output all there, an empty target. Reads only."""
     location = settings.query.checkpoint_location
-    checkpoint = local_checkpoint(location)
+    checkpoint = place_of(location)
     if checkpoint is None:
         raise SavepointRefused(
-            f"{location} is not on the local file system: a savepoint copies and checks the checkpoint here; take it"
-            " where the checkpoint is mounted locally (with the job stopped)"
+            f"{location} is neither on the local file system nor on an object store: a savepoint copies and checks"
+            " the checkpoint here; take it where the checkpoint is mounted locally (with the job stopped)"
         )
-    checkpoint = checkpoint.expanduser().absolute()
-    unfinished = interrupted(checkpoint)
+    files = files_of(checkpoint)
+    unfinished = interrupted(checkpoint, files)
     if unfinished is not None:
         raise SavepointRefused(unfinished.message())
-    if not (checkpoint / "offsets").is_dir():
+    if not files.exists(checkpoint / "offsets"):
         raise SavepointRefused(f"no checkpoint at {checkpoint} (no offsets folder): there is nothing to save yet")
-    held = read_checkpoint(checkpoint)
-    running = holder(checkpoint)
+    held = read_checkpoint(checkpoint, files)
+    running = None if files is not LOCAL else holder(checkpoint)  # a store's lease: the create takes it
     if running is not None:
         raise SavepointRefused(
             f"{checkpoint} is in use by {running}: stop the job first (it lands on a batch boundary), then take"
@@ -106,13 +132,12 @@ def plan_create(settings: Settings, target: Path) -> Origin:
         raise SavepointRefused(lost[0])
     output = None
     if settings.sink.writes_files:
-        output = local_checkpoint(settings.sink.path)
+        output = place_of(settings.sink.path)
         if output is None:
             raise SavepointRefused(
-                f"sink.path {settings.sink.path} is not on the local file system: a savepoint copies the output"
-                " with the checkpoint; take it where the output is mounted locally"
+                f"sink.path {settings.sink.path} is neither on the local file system nor on an object store: a"
+                " savepoint copies the output with the checkpoint; take it where the output is mounted locally"
             )
-        output = output.expanduser().absolute()
     refuse_filled(target, "the savepoint")
     for folder in (checkpoint, output):
         if folder is not None and (target.is_relative_to(folder) or folder.is_relative_to(target)):
@@ -130,19 +155,33 @@ def create(spark_session, origin: Origin, target: Path) -> dict[str, Any]:
     `spark_session()` starts the session that reads the state (not started for a query without state)."""
     with made_whole(target) as partial:
         partial.mkdir(parents=True)
-        top = str(origin.checkpoint)
-        shutil.copytree(
-            origin.checkpoint,
-            partial / CHECKPOINT,
-            symlinks=True,
-            ignore=lambda folder, names: {LOCK_FILE} if folder == top else set(),
-        )
+        _copy_here(origin.checkpoint, partial / CHECKPOINT, leave_out=(LOCK_FILE, LEASE_OBJECT))
         if origin.output is not None:
-            shutil.copytree(origin.output, partial / OUTPUT, symlinks=True)
+            _copy_here(origin.output, partial / OUTPUT)
         state = read_state(spark_session, partial / CHECKPOINT, origin.batch)
         manifest = _manifest(origin, partial, state)
         (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def staged_here(places: dict[str, Path], staging: Path) -> dict[str, Path]:
+    """The folders as this machine reads them: those on an object store copied into `staging`, the rest
+    where they are."""
+    copies = {}
+    for part, place in places.items():
+        copies[part] = staging / part if path_scheme(place) else place
+        if path_scheme(place):
+            _copy_here(place, copies[part])
+    return copies
+
+
+def _copy_here(folder: Path, into: Path, leave_out: tuple[str, ...] = ()) -> None:
+    """A job's folder copied whole into a new local folder, but its top-level names `leave_out`."""
+    if path_scheme(folder):
+        StoreFiles(str(folder)).download(folder, into, leave_out)
+        return
+    top = str(folder)
+    shutil.copytree(folder, into, symlinks=True, ignore=lambda at, names: set(leave_out) if at == top else set())
 
 
 def _manifest(origin: Origin, folder: Path, state: list[dict[str, Any]]) -> dict[str, Any]:
@@ -153,7 +192,7 @@ def _manifest(origin: Origin, folder: Path, state: list[dict[str, Any]]) -> dict
     latest = latest_offsets(checkpoint)
     inputs = {}
     for section, source in settings.inputs.items():
-        landing = str(Path(source.files.path).expanduser().absolute()) if source.type == "files" else None
+        landing = str(place_of(source.files.path) or source.files.path) if source.type == "files" else None
         inputs[section] = {"type": source.type, "path": landing}
     return {
         "format": FORMAT,
@@ -236,16 +275,19 @@ def check_files(savepoint: Path, manifest: dict[str, Any]) -> None:
             )
 
 
-def check_restored(manifest: dict[str, Any], copies: dict[str, Path]) -> None:
+def check_restored(manifest: dict[str, Any], copies: dict[str, Path], places: dict[str, Path] | None = None) -> None:
     """A restored checkpoint (and output) against the manifest: every file there, the same bytes, or, for a
-    file holding absolute paths, the same lines with none left pointing at the savepoint's old places."""
-    old = [Path(folder) for part, folder in manifest["locations"].items() if folder is not None and part in copies]
+    file holding absolute paths, the same lines with none left pointing at the savepoint's old places. The
+    copies are on this machine's disk; `places`, where they are copies of folders elsewhere (on an object
+    store, which keeps no Hadoop checksums: those are not looked for there)."""
+    places = places or copies
+    old = [named(folder) for part, folder in manifest["locations"].items() if folder is not None and part in copies]
     extra = _file_not_listed(manifest, copies)
     if extra is not None:
         raise SavepointMismatch(f"{extra} is not in the savepoint's manifest: the savepoint never held it")
     for name, entry in manifest["files"].items():
         part, _, rest = name.partition("/")
-        if part not in copies:
+        if part not in copies or (name.endswith(".crc") and path_scheme(places[part])):
             continue
         path = copies[part] / rest
         if not path.is_file():
@@ -258,7 +300,7 @@ def check_restored(manifest: dict[str, Any], copies: dict[str, Path]) -> None:
             continue
         if path_records.without_folders(path) != entry["sha256_without_folders"]:
             raise SavepointMismatch(f"{path} holds other entries than {name} of the savepoint")
-        left = [folder for folder in old if folder not in copies.values()]
+        left = [folder for folder in old if folder not in places.values()]
         stale = [uri for uri in path_records.uris_in_file(path) if path_records.is_under(uri, left)]
         if stale:
             raise SavepointMismatch(f"{path} still points at the savepoint's old location: {stale[0]}")
@@ -304,11 +346,30 @@ class Targets:
 
     def moves(self, manifest: dict[str, Any]) -> path_records.Moves:
         locations = manifest["locations"]
-        moves = [(Path(locations[CHECKPOINT]), self.checkpoint)]
+        moves = [(named(locations[CHECKPOINT]), self.checkpoint)]
         if self.output is not None:
-            moves.append((Path(locations[OUTPUT]), self.output))
-        moves += [(Path(manifest["inputs"][section]["path"]), new) for section, new in self.landing.items()]
+            moves.append((named(locations[OUTPUT]), self.output))
+        moves += [(named(manifest["inputs"][section]["path"]), new) for section, new in self.landing.items()]
         return moves
+
+    def staged(self, staging: Path) -> Targets:
+        """The targets with each on an object store replaced by a local folder under `staging`, where the
+        restore makes and checks its copy before the upload (publish)."""
+        here = {
+            part: staging / part if folder is not None and path_scheme(folder) else folder
+            for part, folder in ((CHECKPOINT, self.checkpoint), (OUTPUT, self.output))
+        }
+        return Targets(here[CHECKPOINT] or self.checkpoint, here[OUTPUT], self.landing)
+
+    @property
+    def places(self) -> dict[str, Path]:
+        """The targets by the savepoint's part they take."""
+        return {CHECKPOINT: self.checkpoint, **({OUTPUT: self.output} if self.output is not None else {})}
+
+
+def named(location: str) -> Path:
+    """A location a manifest holds as a path: a LocationPath on an object store."""
+    return LocationPath(location) if store_of(location) else Path(location)
 
 
 def plan_restore(savepoint: Path, manifest: dict[str, Any], targets: Targets) -> None:
@@ -328,12 +389,15 @@ def plan_restore(savepoint: Path, manifest: dict[str, Any], targets: Targets) ->
                 f"{LANDING_FLAGS[section]}: {section} of the saved job is {kind}; only a files source has a landing"
                 " folder"
             )
-        if not folder.is_dir():
+        if not files_of(folder).exists(folder):
             raise SavepointRefused(f"landing folder {folder} does not exist: move the input files there first")
-    places = [targets.checkpoint, *([targets.output] if targets.output else [])]
-    for place in places:
+    for place in targets.places.values():
         if place.is_relative_to(savepoint) or savepoint.is_relative_to(place):
             raise SavepointRefused(f"{place} overlaps the savepoint {savepoint}: restore into a folder outside it")
+        if path_scheme(place):
+            if StoreFiles(str(place)).sizes(place):
+                raise SavepointRefused(f"{place} is not empty: give a new folder for the restore")
+            continue
         held_by = next((folder for folder in place.parents if _job_folder(folder)), None)
         if held_by is not None:
             raise SavepointRefused(
@@ -358,12 +422,13 @@ def _job_folder(folder: Path) -> str | None:
     return None
 
 
-def restore(savepoint: Path, manifest: dict[str, Any], targets: Targets) -> list[Path]:
-    """Copy the savepoint's folders to the targets and move the absolute paths in them; the files rewritten.
+def restore(savepoint: Path, manifest: dict[str, Any], targets: Targets, here: Targets) -> list[Path]:
+    """Copy the savepoint's folders to the local folders `here` (the targets, or their stand-ins for those on
+    an object store: Targets.staged) and move the absolute paths in them to the targets; the files rewritten.
     The output is made first and the checkpoint last: a checkpoint in place means its output is too."""
     moves = targets.moves(manifest)
     rewritten = []
-    for part, target in ((OUTPUT, targets.output), (CHECKPOINT, targets.checkpoint)):
+    for part, target in ((OUTPUT, here.output), (CHECKPOINT, here.checkpoint)):
         if target is None:
             continue
         if target.is_dir():
@@ -381,10 +446,29 @@ def restore(savepoint: Path, manifest: dict[str, Any], targets: Targets) -> list
     return rewritten
 
 
+def publish(here: Targets, targets: Targets) -> None:
+    """Upload the restored copies made here for the targets on an object store (the output first, the
+    checkpoint's logs last), and check that the store holds each file, at its size; SavepointMismatch if not."""
+    for copy, target, last in (
+        (here.output, targets.output, OUTPUT_LAST),
+        (here.checkpoint, targets.checkpoint, CHECKPOINT_LAST),
+    ):
+        if copy is None or target is None or copy == target:
+            continue
+        store = StoreFiles(str(target))
+        made = {name: (copy / name).stat().st_size for name in store.upload(copy, target, last)}
+        held = store.sizes(target)
+        missing = sorted(name for name in made if held.get(name) != made[name])
+        if missing:
+            raise SavepointMismatch(f"{target / missing[0]} was not uploaded whole ({made[missing[0]]:,} bytes)")
+
+
 def undo_restore(targets: Targets) -> None:
     """Remove what restore made (its targets were empty or absent before)."""
     for target in (targets.checkpoint, targets.output):
-        if target is not None:
+        if target is not None and path_scheme(target):
+            StoreFiles(str(target)).remove(target)
+        elif target is not None:
             shutil.rmtree(target, ignore_errors=True)
 
 

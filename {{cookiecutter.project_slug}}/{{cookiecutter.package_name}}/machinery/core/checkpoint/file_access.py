@@ -31,6 +31,10 @@ class Files(Protocol):
         ...
 
 
+# The object stores a location may be on (core/checkpoint/object_store.py reads them), by URI scheme.
+STORES = {"s3a": "S3", "gs": "Google Cloud Storage", "abfss": "Azure Data Lake Storage"}
+
+
 class LocationPath(PosixPath):
     """A file of another file system than this machine's, named by its URI (`s3a://lake/ckpt`): joined,
     listed and compared as any path (its parts: `s3a:`, `lake`, `ckpt`), and shown as the URI again."""

@@ -12,6 +12,7 @@ Only s3a:// is proven (against an S3 API server); gs:// and abfss:// go through 
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Mapping
 from functools import cache
@@ -19,14 +20,13 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from .file_access import LocationPath
+from .file_access import STORES, LocationPath
 from .files import local_checkpoint
 
 if TYPE_CHECKING:  # pyarrow is imported only when a location is on a store
     from pyarrow import NativeFile
     from pyarrow.fs import FileSystem
 
-STORES = {"s3a": "S3", "gs": "Google Cloud Storage", "abfss": "Azure Data Lake Storage"}
 # Seconds and attempts before a store that does not answer is one line, not a minute of retries.
 TIMEOUT_SECONDS = 5.0
 ATTEMPTS = 2
@@ -112,6 +112,45 @@ class StoreFiles:
     def open(self, path: Path) -> NativeFile:
         """The file opened for reads by range (a parquet file's footer without the rest)."""
         return self._fs.open_input_file(self._key(path))
+
+    def download(self, folder: Path, into: Path, leave_out: tuple[str, ...] = ()) -> None:
+        """Copy every file under `folder` into the local folder `into` (made), but the top-level names
+        `leave_out` (the lease)."""
+        into.mkdir(parents=True, exist_ok=True)
+        for name in self.sizes(folder):
+            if name.split("/", 1)[0] in leave_out:
+                continue
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            with self._fs.open_input_stream(self._key(folder / name)) as stream:
+                (into / name).write_bytes(stream.readall())
+
+    def upload(self, local: Path, folder: Path, last: tuple[str, ...] = ()) -> builtins.list[str]:
+        """Copy every file under the local folder `local` to `folder`, the top-level names `last` after the
+        rest, in that order (a checkpoint's logs and query id: until they are there, there is no checkpoint),
+        but Hadoop's local checksums (`.<name>.crc`: a store keeps none). The files copied, by their path."""
+        files = sorted(path for path in local.rglob("*") if path.is_file() and not path.name.endswith(".crc"))
+        ranked = sorted(files, key=lambda path: _rank(path.relative_to(local).parts[0], last))
+        for path in ranked:
+            with self._fs.open_output_stream(self._key(folder / path.relative_to(local))) as stream:
+                stream.write(path.read_bytes())
+        return [path.relative_to(local).as_posix() for path in ranked]
+
+    def sizes(self, folder: Path) -> dict[str, int]:
+        """Every file under `folder` by its path under it, with its size."""
+        from pyarrow.fs import FileSelector, FileType
+
+        top = self._key(folder)
+        found = self._fs.get_file_info(FileSelector(top, allow_not_found=True, recursive=True))
+        return {info.path[len(top) + 1 :]: info.size for info in found if info.type == FileType.File}
+
+    def remove(self, folder: Path) -> None:
+        """Delete every file under `folder`."""
+        if self.exists(folder):
+            self._fs.delete_dir(self._key(folder))
+
+
+def _rank(name: str, last: tuple[str, ...]) -> int:
+    return last.index(name) + 1 if name in last else 0
 
 
 def store_problems(locations: Mapping[str, str]) -> list[str]:

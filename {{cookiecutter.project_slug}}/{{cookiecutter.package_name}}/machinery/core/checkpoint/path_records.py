@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from .copying import write_atomically
-from .file_access import LocationPath
+from .file_access import STORES, LocationPath, path_scheme
 
 # State data, data files and checksums: binary, never JSON lines.
 BINARY_SUFFIXES = (".zip", ".sst", ".delta", ".snapshot", ".changelog", ".parquet", ".crc", ".log", ".checkpoint")
@@ -56,20 +56,28 @@ def file_path(uri: str) -> Path | None:
 
 
 def moved_uri(uri: str, moves: Moves) -> str | None:
-    """uri with the folder it is under replaced by that folder's new place, written the way Spark writes
-    it (the rest kept as it was), None when it is under none of them."""
-    local = local_path(uri)
-    if local is None:
+    """uri with the folder it is under replaced by that folder's new place (on this machine's disk or an
+    object store), written the way Spark writes it (the rest kept as it was), None when it is under none."""
+    found = file_path(uri)
+    if found is None:
         return None
     for old, new in moves:
-        if local != old and old not in local.parents:
+        if found != old and old not in found.parents:
             continue
-        depth = len(local.relative_to(old).parts)
-        if not uri.startswith(URI_PREFIX):
-            return "file:" + "/".join([str(new), *local.parts[len(local.parts) - depth :]])
-        segments = urlparse(uri).path.split("/")
-        return "file://" + "/".join([java_quote(str(new)), *segments[len(segments) - depth :]])
+        depth = len(found.relative_to(old).parts)
+        if uri.startswith(PATH_PREFIX) and not uri.startswith("file://"):  # Path.toString(): as it is
+            return "/".join([_folder_uri(new, quoted=False), *found.parts[len(found.parts) - depth :]])
+        segments = urlparse(uri).path.split("/")  # Path.toUri(): percent-encoded, a store's URIs too
+        return "/".join([_folder_uri(new, quoted=True), *segments[len(segments) - depth :]])
     return None
+
+
+def _folder_uri(folder: Path, quoted: bool) -> str:
+    """A folder's URI as Spark writes it: file:/path as it is, file:///path or s3a://bucket/key percent-encoded."""
+    scheme = path_scheme(folder)
+    if scheme:
+        return f"{scheme}://{java_quote('/'.join(folder.parts[1:]))}"
+    return f"file://{java_quote(str(folder))}" if quoted else f"file:{folder}"
 
 
 def java_quote(path: str) -> str:
@@ -84,8 +92,12 @@ def java_quote(path: str) -> str:
     )
 
 
+# The URIs of files that a move carries along: this machine's, and an object store's.
+_PREFIXES = ("file:", *(f"{scheme}://" for scheme in STORES))
+
+
 def uris_in(root: Path) -> dict[Path, list[str]]:
-    """Every text file under root that holds file: URIs, with them."""
+    """Every text file under root that holds file: URIs (or an object store's), with them."""
     found = {}
     for path in sorted(root.rglob("*")):
         if path.is_file() and not path.name.endswith(BINARY_SUFFIXES):
@@ -100,8 +112,8 @@ def uris_in_file(path: Path) -> list[str]:
 
 
 def is_under(uri: str, folders: list[Path]) -> bool:
-    local = local_path(uri)
-    return local is not None and any(local == folder or folder in local.parents for folder in folders)
+    found = file_path(uri)
+    return found is not None and any(found == folder or folder in found.parents for folder in folders)
 
 
 def rewrite(path: Path, moves: Moves) -> bool:
@@ -132,7 +144,7 @@ def hadoop_crc(data: bytes) -> bytes:
 
 def _lines(path: Path) -> list[str]:
     data = path.read_bytes()
-    if b"file:" not in data:
+    if not any(prefix.encode() in data for prefix in _PREFIXES):
         return []
     try:
         return data.decode("utf-8").split("\n")
@@ -149,7 +161,7 @@ def json_line(line: str) -> object:
 
 
 def _uris(value: object) -> Iterator[str]:
-    if isinstance(value, str) and value.startswith("file:"):
+    if isinstance(value, str) and value.startswith(_PREFIXES):
         yield value
     elif isinstance(value, dict):
         for item in value.values():

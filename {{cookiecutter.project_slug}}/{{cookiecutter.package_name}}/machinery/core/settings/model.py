@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .. import real_time
-from ..checkpoint.object_store import store_of, store_problems
+from ..checkpoint.object_store import store_problems
 from ..durations import AVAILABLE_NOW
 from ..operators import OPERATORS, UPDATE_JOIN_TYPES
 from ..plan_operators import PlanOperator, chain, flow_order
@@ -205,12 +205,6 @@ class Settings(BaseSettings):
                 problems += write_problems("sink.path", self.sink.path)
         if self.sink.type == "kafka":
             problems += unset_secrets(self.sink.kafka.secrets("sink"))
-        if self.sink.type == "delta" and store_of(self.sink.path):
-            problems.append(
-                f"sink.path = {self.sink.path!r}: a Delta table on object storage is not supported yet (neither writer's"
-                " exactly-once, append or MERGE, is proven there); write parquet there (sink.type parquet), or keep the"
-                " table on a disk this machine mounts"
-            )
         return problems + store_problems(self.locations)
 
     def sizing(self, plan: Sequence[PlanOperator] | None = None, **overrides: Any) -> Estimate:

@@ -21,6 +21,10 @@ VACUUM with its retention check off deletes the files a batch wrote before it co
 files that are not there, and their rows are lost) and, in update mode, one whose columns are no longer the
 output's (an ALTER TABLE), each in one line.
 
+On an object store (s3a://) both writers run as on a disk: deltalake commits each version by a conditional
+write (S3 refuses a second writer's commit of the same version), delta-spark by Delta's S3 log store, which
+assumes one driver: the checkpoint's lease (core/checkpoint/lease.py) is what makes that true.
+
 Limit of deltalake: each batch is collected to the driver as Arrow and written from there, so batches must
 fit in driver memory and the write does not scale out. The delta-spark writer has neither limit.
 """
@@ -39,8 +43,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from ...core.checkpoint.file_access import LOCAL, Files, LocationPath, read_text
+from ...core.checkpoint.object_store import StoreFiles, s3_endpoint, s3_region, store_of
 from ...core.checkpoint.path_records import json_line
-from ...core.checkpoint.sink_log import DELTA_LOG, files_gone
+from ...core.checkpoint.sink_log import DELTA_LOG, files_gone, files_missing
 from ...core.delta_merge import (
     COMMIT_ATTEMPTS,
     MAX_ROWS_PER_FILE,
@@ -163,8 +169,16 @@ class DeltaLakeBatchWriter(_BatchWriter):
         if table is None or self.key is None or rows.num_rows == 0:
             made = table is None and self.key is not None  # update mode makes its table with the cap
             capped = {"delta.targetFileSize": str(TARGET_FILE_BYTES)} if made else None
+            options = storage_options(self.path) if table is None else None
             written_to = self.path if table is None else table
-            write_deltalake(written_to, rows, mode="append", configuration=capped, commit_properties=committed)
+            write_deltalake(
+                written_to,
+                rows,
+                mode="append",
+                configuration=capped,
+                commit_properties=committed,
+                storage_options=options,
+            )
             return
         condition = merge_condition(self.key, _arrow_range(rows, self.key))
         (
@@ -281,14 +295,18 @@ def _only_upkeep_since(path: str, version: int) -> bool:
 
 
 def gone_files(uris: Iterable[str]) -> list[Path]:
-    """The data files of a table on this machine's disk that are not there (elsewhere: not looked for). A
-    table's files as deltalake lists them (percent-encoded paths) or Spark (file: URIs): 2.5 ms per 1,000 here."""
+    """The data files of a table on this machine's disk or an object store that are not there (on another
+    file system: not looked for). A table's files as deltalake lists them (percent-encoded paths) or Spark
+    (file: URIs): 2.5 ms per 1,000 here; on a store, one listing of each folder."""
+    listed = list(uris)
     local = (
         unquote(uri.removeprefix("file://").removeprefix("file:"))
-        for uri in uris
+        for uri in listed
         if "://" not in uri or uri.startswith("file:")
     )
-    return [Path(path) for path in local if not os.path.exists(path)]
+    gone = [Path(path) for path in local if not os.path.exists(path)]
+    stored: list[Path] = [LocationPath(unquote(uri)) for uri in listed if store_of(uri)]
+    return gone + (files_missing(stored, StoreFiles(str(stored[0]))) if stored else [])
 
 
 def _most_rows_of_a_key(rows, key: MergeKey) -> int:
@@ -338,9 +356,21 @@ def open_table(path: str):
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return DeltaTable(path)
+        return DeltaTable(path, storage_options=storage_options(path))
     except TableNotFoundError:
         return None
+
+
+def storage_options(path: str) -> dict[str, str] | None:
+    """What deltalake needs to reach a table on S3 beyond its own reading of the AWS variables: the endpoint
+    as this job takes it (AWS_ENDPOINT_URL_S3 first), the region, and plain HTTP allowed for an endpoint of
+    one's own that speaks it. None for a table elsewhere."""
+    if store_of(path) != "s3a":
+        return None
+    endpoint, region = s3_endpoint(), s3_region()
+    options = {"AWS_ENDPOINT_URL": endpoint} if endpoint else {}
+    options |= {"AWS_REGION": region} if region else {}
+    return options | ({"AWS_ALLOW_HTTP": "true"} if endpoint and endpoint.startswith("http://") else {})
 
 
 def columns(schema: StructType) -> tuple[str, ...]:
@@ -360,18 +390,18 @@ def committed_version(path: str, app_id: str) -> int:
     return -1 if version is None else version
 
 
-def stream_writers(path: Path) -> dict[str, int]:
+def stream_writers(path: Path, files: Files = LOCAL) -> dict[str, int]:
     """The streaming queries a Delta table holds transactions of (Spark's Delta sink and the deltalake
     writer record each batch as one, its app id the query id): query id -> the last batch id. Read from
     the table's log, its newest checkpoint and the commits after it; {} without a table. A log file
     that does not read is passed over here: the Delta writer names it."""
-    log = path / DELTA_LOG
-    checkpoints = sorted(log.glob("*.checkpoint*.parquet")) if log.is_dir() else []
+    logged = files.list(path / DELTA_LOG)
+    checkpoints = [part for part in logged if ".checkpoint" in part.name and part.name.endswith(".parquet")]
     newest = _version(checkpoints[-1]) if checkpoints else -1
-    transactions = [txn for part in checkpoints if _version(part) == newest for txn in _checkpoint_txns(part)]
-    for commit in sorted(log.glob("[0-9]*.json")) if log.is_dir() else []:
+    transactions = [txn for part in checkpoints if _version(part) == newest for txn in _checkpoint_txns(part, files)]
+    for commit in _commits(logged):
         if _version(commit) > newest:
-            transactions += [action["txn"] for action in _actions(commit) if isinstance(action.get("txn"), dict)]
+            transactions += [action["txn"] for action in _actions(commit, files) if isinstance(action.get("txn"), dict)]
     found: dict[str, int] = {}
     for txn in transactions:
         if isinstance(txn.get("appId"), str) and isinstance(txn.get("version"), int):
@@ -379,18 +409,17 @@ def stream_writers(path: Path) -> dict[str, int]:
     return found
 
 
-def mode_written(path: Path, query: str) -> str | None:
+def mode_written(path: Path, query: str, files: Files = LOCAL) -> str | None:
     """The output mode query `query` wrote the Delta table at `path` in, as the newest of its commits that
     tells says: update for a MERGE, append for Spark's Delta sink (which names its mode) or for rows appended
     after the table's first commit (in update mode only the batch that makes the table appends rows). Where
     none of its commits wrote a row and the log is whole, append too: update mode writes each result a batch
     changes, so its state would hold none. None where they cannot tell (only the first commit wrote rows,
     or the log's older commits are gone: Delta removes them after its checkpoints)."""
-    log = path / DELTA_LOG
-    commits = sorted(log.glob("[0-9]*.json")) if log.is_dir() else []
+    commits = _commits(files.list(path / DELTA_LOG))
     seen = wrote_rows = False
     for commit in reversed(commits):
-        actions = _actions(commit)
+        actions = _actions(commit, files)
         if not any(isinstance(action.get("txn"), dict) and action["txn"].get("appId") == query for action in actions):
             continue
         info: dict = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
@@ -412,15 +441,24 @@ def _version(log_file: Path) -> int:
     return int(log_file.name.split(".")[0])
 
 
-def _checkpoint_txns(part: Path) -> list[dict]:
+def _commits(logged: list[Path]) -> list[Path]:
+    """The commit files of a table's log (`<version>.json`), in version order."""
+    return [commit for commit in logged if commit.name.endswith(".json") and commit.name[:-5].isdigit()]
+
+
+def _checkpoint_txns(part: Path, files: Files) -> list[dict]:
+    import pyarrow as pa
+
+    data = files.read(part)
     try:
-        return [txn for txn in pq.read_table(part, columns=["txn"]).column("txn").to_pylist() if txn]
+        table = pq.read_table(pa.BufferReader(data or b""), columns=["txn"])
+        return [txn for txn in table.column("txn").to_pylist() if txn]
     except (OSError, ValueError, KeyError):  # pyarrow's ArrowInvalid is a ValueError
         return []
 
 
-def _actions(commit: Path) -> list[dict]:
-    lines = commit.read_text(encoding="utf-8", errors="replace").splitlines()
+def _actions(commit: Path, files: Files) -> list[dict]:
+    lines = read_text(files, commit, errors="replace").splitlines()
     return [action for action in map(json_line, lines) if isinstance(action, dict)]
 
 

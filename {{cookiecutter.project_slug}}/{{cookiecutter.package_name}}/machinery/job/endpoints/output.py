@@ -21,8 +21,11 @@ def read_output(spark: SparkSession, sink: SinkSettings, schema: StructType | No
         values = spark.read.format("kafka").options(**options).load().select(F.col("value").cast("string"))
         return values.select(F.from_json("value", schema).alias("row")).select("row.*")
     if sink.type == "delta":
-        from deltalake import DeltaTable
+        from .delta import open_table
 
         # Any Delta table, whichever writer made it; only committed files are in the table's log.
-        return spark.createDataFrame(DeltaTable(sink.path).to_pyarrow_table())
+        table = open_table(sink.path)
+        if table is None:
+            raise FileNotFoundError(f"no Delta table at {sink.path}")
+        return spark.createDataFrame(table.to_pyarrow_table())
     return spark.read.parquet(sink.path)

@@ -37,7 +37,16 @@ from ...core.real_time import STATE_NAMES
 from ...core.settings import Settings
 from ..endpoints.delta import mode_written
 from ..spark.session import spark_confs
-from .output_check import behind_notes, check_sink_log, lost_output, output_ahead, output_elsewhere, with_output
+from .output_check import (
+    behind_notes,
+    check_sink_log,
+    lost_output,
+    output_ahead,
+    output_elsewhere,
+    output_folder,
+    output_place,
+    with_output,
+)
 from .state_checks import snapshot_findings
 from .state_fit import KeyRecord
 
@@ -240,9 +249,9 @@ def output_mode_drifts(
     location, wanted = settings.query.checkpoint_location, settings.sink.output_mode
     record = KeyRecord(None, location, files)
     written, origin = record.output_mode(), f"recorded in {record.folder}"
-    output = local_checkpoint(settings.sink.path) if settings.sink.type == "delta" and output_seen else None
-    if written is None and output is not None and held.query_id is not None:
-        written, origin = mode_written(output, held.query_id), f"read from the Delta log of {output}"
+    place = output_place(settings) if settings.sink.type == "delta" and output_seen else None
+    if written is None and place is not None and held.query_id is not None:
+        written, origin = mode_written(place[0], held.query_id, place[1]), f"read from the Delta log of {place[0]}"
     if written is None:
         return [], [
             f"{location} holds no record of the output mode its results were written in (a checkpoint of an earlier"
@@ -315,16 +324,8 @@ def _landing(location: str) -> tuple[Path, Files] | None:
 
 def savepoint_way(settings: Settings, checkpoint: Path, written_for: Path) -> str:
     """How a job copied or moved from the project of `written_for` takes its paths along: a savepoint of
-    the job there, restored here, which moves every path Spark wrote (restore fills new folders only). A
-    savepoint copies local folders only: a job with a folder on an object store keeps its folders there."""
-    landings_there = [source.files.path for source in settings.inputs.values() if source.type == "files"]
-    there = [settings.query.checkpoint_location, *([settings.sink.path] if settings.sink.writes_files else [])]
-    if any(store_of(location) for location in [*there, *landings_there]):
-        return (
-            f"A savepoint moves a job's local folders only, not yet those on an object store: point the settings back"
-            f" at the folders it wrote ({written_for})"
-        )
-    output = local_checkpoint(settings.sink.path) if settings.sink.writes_files else None
+    the job there, restored here, which moves every path Spark wrote (restore fills new folders only)."""
+    output = output_folder(settings)
     places = [shlex.quote(str(folder)) for folder in (checkpoint, output) if folder is not None]
     landings = "".join(
         f" {LANDING_FLAGS[section]} {shlex.quote(source.files.path)}"

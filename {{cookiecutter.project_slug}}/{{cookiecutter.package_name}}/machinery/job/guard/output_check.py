@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from pyspark.sql.types import StructType
 
-from ...core.checkpoint.file_access import LOCAL, LocationPath, local_resolved
+from ...core.checkpoint.file_access import LOCAL, Files, LocationPath, local_resolved
 from ...core.checkpoint.files import (
     START_OVER,
     CheckpointRead,
@@ -45,25 +45,29 @@ from ...core.checkpoint.sink_log import (
     read_sink_log,
 )
 from ...core.settings import Settings
-from ..endpoints.delta import columns, committed_version, gone_files, stream_writers
+from ..endpoints.delta import columns, committed_version, gone_files, open_table, stream_writers
+
+
+def output_place(settings: Settings) -> tuple[Path, Files] | None:
+    """The output of a sink that writes files and the reader of its files: its folder on this machine's disk,
+    or its LocationPath on an object store; None for another sink, or another file system."""
+    if not settings.sink.writes_files:
+        return None
+    if store_of(settings.sink.path):
+        return LocationPath(settings.sink.path), StoreFiles(settings.sink.path)
+    local = local_checkpoint(settings.sink.path)
+    return None if local is None else (local, LOCAL)
 
 
 def output_folder(settings: Settings) -> Path | None:
-    """The output of a sink that writes files, as its reader names it: its folder on this machine's disk, or
-    its LocationPath for parquet on an object store (a Delta table there is refused by the settings); None for
-    another sink, or another file system."""
-    if not settings.sink.writes_files:
-        return None
-    on_store = settings.sink.type == "parquet" and store_of(settings.sink.path)
-    return local_checkpoint(settings.sink.path) or (LocationPath(settings.sink.path) if on_store else None)
+    place = output_place(settings)
+    return None if place is None else place[0]
 
 
 def read_output_log(settings: Settings) -> SinkLog | None:
     """The log of a parquet output on this machine's disk or an object store, read once for a start's checks."""
-    output = output_folder(settings) if settings.sink.type == "parquet" else None
-    if output is None:
-        return None
-    return read_sink_log(output, StoreFiles(settings.sink.path) if store_of(settings.sink.path) else LOCAL)
+    place = output_place(settings) if settings.sink.type == "parquet" else None
+    return None if place is None else read_sink_log(*place)
 
 
 def with_output(settings: Settings, held: CheckpointRead) -> CheckpointRead:
@@ -80,13 +84,14 @@ class OutputLost(Exception):
 def lost_output(settings: Settings, held: CheckpointRead) -> list[str]:
     """Committed output that is gone: one line, with the ways on; [] when it is all there."""
     last = held.last_committed
-    output = output_folder(settings)
-    if last is None or output is None:
+    place = output_place(settings)
+    if last is None or place is None:
         return []
+    output = place[0]
     if settings.sink.type == "parquet":
         problem = _file_sink_problem(held.sink_log, last)
     else:
-        problem = _delta_problem(output, held.table_behind)
+        problem = _delta_problem(place, held.table_behind)
     return [] if problem is None else [lost_output_line(output, held, problem)]
 
 
@@ -104,10 +109,11 @@ def table_behind(settings: Settings, held: CheckpointRead) -> TableBehind | None
     offsets file (Spark keeps those of the last 100 batches): batches the table lacks that each ran with the
     watermark of the batch before them wrote no row in append mode where the output comes straight from an
     aggregation (sink_log.TableBehind), which check_fit reads in the plan."""
-    output = local_checkpoint(settings.sink.path) if settings.sink.type == "delta" else None
+    place = output_place(settings) if settings.sink.type == "delta" else None
     last = held.last_committed
-    if output is None or last is None or not (output / DELTA_LOG).is_dir():
+    if place is None or last is None or not place[1].exists(place[0] / DELTA_LOG):
         return None
+    output = place[0]
     query = held.query_id or ""  # a committed batch: the checkpoint's metadata names its query
     recorded = committed_version(str(output), query)
     if recorded >= last:
@@ -213,15 +219,16 @@ def check_sink_log(log: SinkLog | None) -> None:
 def output_ahead(settings: Settings, held: CheckpointRead) -> list[str]:
     """One line when the output holds batches past the last one the checkpoint logged, which the sink
     would skip as written (see the module's docstring); [] otherwise."""
-    output = output_folder(settings)
-    if output is None:
+    place = output_place(settings)
+    if place is None:
         return []
+    output, files = place
     last = -1 if held.last_batch is None else held.last_batch
     if settings.sink.type == "delta" and held.last_batch is None:
-        return _delta_written_by_others(output, held, settings.sink.merges)
+        return _delta_written_by_others(place, held, settings.sink.merges)
     if settings.sink.type == "parquet":
         newest, log = (-1 if held.sink_log is None else held.sink_log.newest), f"its log {output / LOG_DIR}"
-    elif (output / DELTA_LOG).is_dir() and held.query_id is not None:
+    elif files.exists(output / DELTA_LOG) and held.query_id is not None:
         query = held.query_id
         newest, log = committed_version(str(output), query), f"its Delta log's transactions of query {query}"
     else:
@@ -254,11 +261,12 @@ _OVER = (
 )
 
 
-def _delta_written_by_others(output: Path, held: CheckpointRead, merges: bool) -> list[str]:
+def _delta_written_by_others(place: tuple[Path, Files], held: CheckpointRead, merges: bool) -> list[str]:
     """A new checkpoint, a new query id, against a Delta table other queries wrote: no batch is skipped
     (the table knows batches by query id), but the input read again lands beside its earlier rows, or in
     update mode, MERGEd over them, replaces each key's result with one of this checkpoint's input alone."""
-    writers = stream_writers(output)
+    output = place[0]
+    writers = stream_writers(*place)
     if not writers:
         return []
     named = ", ".join(f"query {query} up to batch {batch}" for query, batch in sorted(writers.items()))
@@ -306,13 +314,14 @@ def _file_sink_problem(log: SinkLog | None, last_committed: int) -> str | None:
     return files_gone(files_missing(log.live_files, log.files))
 
 
-def _delta_problem(output: Path, behind: TableBehind | None) -> str | None:
+def _delta_problem(place: tuple[Path, Files], behind: TableBehind | None) -> str | None:
     """Both Delta writers record every batch of a query in the table's log, an empty one too (its id
     and the query's: job/endpoints/delta.py), so a table missing a batch the checkpoint committed lost
     it, unless the batches it lacks wrote no row (TableBehind.without_rows: the deltalake writer of older
     templates made no commit for such a batch). One batch more than the checkpoint is a crash between the
     table's commit and Spark's: fine."""
-    if not (output / DELTA_LOG).is_dir():
+    output, files = place
+    if not files.exists(output / DELTA_LOG):
         return f"it holds no Delta table (no {DELTA_LOG})"
     if behind is not None and not behind.without_rows:
         why = (
@@ -322,6 +331,5 @@ def _delta_problem(output: Path, behind: TableBehind | None) -> str | None:
             else ""
         )
         return f"{_table_holds(behind)} (its log's transactions{why})"
-    from deltalake import DeltaTable
-
-    return files_gone(gone_files(DeltaTable(str(output)).file_uris()))
+    table = open_table(str(output))
+    return files_gone(gone_files([] if table is None else table.file_uris()))

@@ -16,7 +16,7 @@ from pyspark.sql.types import StructType, TimestampType
 
 from ...core.delta_merge import MergeKey, columns_differ
 from ...core.settings import Settings, SettingsError, SinkSettings
-from ..endpoints.delta import columns, table_schema
+from ..endpoints.delta import columns, open_table, table_schema
 from .plan_source import PlanNode, analyzed_plan, column, items, split_top
 from .query_plan import is_stateful
 
@@ -189,12 +189,14 @@ def table_columns_refusal(settings: Settings, result: DataFrame) -> str | None:
     in any order: a MERGE sets and inserts by name); None without a table, or when it fits, or when this
     machine cannot read it (no deltalake package, a store it has no credentials for): the MERGE checks."""
     try:
-        from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError
 
-        schema = table_schema(DeltaTable(settings.sink.path))
-    except (ImportError, DeltaError, OSError):  # TableNotFoundError is a DeltaError
+        table_read = open_table(settings.sink.path)
+    except (ImportError, DeltaError, OSError):
         return None
+    if table_read is None:
+        return None
+    schema = table_schema(table_read)
     table, output = columns(schema), columns(result.schema)
     if not columns_differ(table, output):
         return None

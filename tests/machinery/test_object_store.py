@@ -54,15 +54,21 @@ BUCKET = "lake"
 LEASE_SECONDS = 6
 
 
+def moto_server(port: int, log: Path, **env: str) -> subprocess.Popen:
+    """moto's S3 server on a loopback port (`env`: its own settings, such as checking credentials)."""
+    return subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "w"),  # noqa: SIM115
+        env={**os.environ, **env},
+    )
+
+
 @pytest.fixture(scope="module")
 def s3_server(tmp_path_factory):
     """moto's S3 server on a free loopback port, with the bucket; the AWS variables that reach it."""
     port = free_port()
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path_factory.mktemp("moto") / "server.log", "w"),  # noqa: SIM115
-    )
+    server = moto_server(port, tmp_path_factory.mktemp("moto") / "server.log")
     aws = {
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
         "AWS_REGION": "us-east-1",
@@ -154,6 +160,32 @@ def table_batches(client, prefix: str) -> list[int]:
 
 def table_rows(spark, table: str):
     return spark.createDataFrame(open_table(table).to_pyarrow_table())
+
+
+def test_credentials_the_store_refuses_are_one_line_and_write_nothing(s3_server, write_settings, tmp_path):
+    """A server that checks credentials (moto's, with IAM on from its first request) refuses keys it does not
+    know: one line before anything starts, naming the variables to set."""
+    port = free_port()
+    server = moto_server(port, tmp_path / "server.log", INITIAL_NO_AUTH_ACTION_COUNT="0")
+    try:
+        changes = files_job(tmp_path, "parquet", "rocksdb")
+        changes["query"]["checkpoint_location"] = f"s3a://{BUCKET}/checkpoint"
+        endpoint = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:  # until the server answers (its refusals are the answer)
+            refused = run_main("--settings", str(write_settings(changes)), env={"AWS_ENDPOINT_URL": endpoint})
+            if "does not answer" not in refused.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().endswith(
+        f"query.checkpoint_location = 's3a://{BUCKET}/checkpoint': the S3 API at {endpoint} refuses these credentials"
+        f" for bucket {BUCKET} (AWS Error ACCESS_DENIED during HeadBucket operation: No response body.); set"
+        " AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) to ones that may read and write it"
+    ), refused.stderr
 
 
 @pytest.mark.parametrize(

@@ -416,6 +416,7 @@ def moves_by_a_savepoint(client, changes: dict, root: str, write_settings, tmp_p
     assert checked.returncode == 0, checked.stdout + checked.stderr
     again = run_cli("savepoint", "restore", str(savepoint), *given)
     assert again.returncode != 0 and f"{moved}/checkpoint is not empty" in again.stderr, again.stderr
+    repartitions_on_s3(client, there, moved, write_settings)
     # Down to this machine's disk too (where repartition runs): the paths moved from s3a:// to file:.
     here = ["--checkpoint", str(tmp_path / "here" / "checkpoint"), "--output", str(tmp_path / "here" / "output")]
     down = run_cli("savepoint", "restore", str(savepoint), *here)
@@ -425,6 +426,43 @@ def moves_by_a_savepoint(client, changes: dict, root: str, write_settings, tmp_p
     local = {**there, "query": {**there["query"], "checkpoint_location": here[1]}, "sink": {**there["sink"]}}
     local["sink"]["path"] = here[3]
     assert run_cli("check", "--settings", str(write_settings(local))).returncode == 0
+
+
+def repartitions_on_s3(client, changes: dict, root: str, write_settings) -> None:
+    """The restored job's RocksDB state moved from 2 into 3 partitions on S3: run on a copy here, verified by
+    Spark's state reader, then uploaded with its batch recorded in the parquet sink's log; the guard then
+    holds the settings to 3 partitions."""
+    changes = {**changes}  # the caller's own go on with 2
+    path = write_settings(changes)
+    command = [sys.executable, "-m", "stream_job", "repartition", "--settings", str(path), "--partitions", "3"]
+    env = {**clean_env(), **{key: os.environ[key] for key in os.environ if key.startswith("AWS_")}}
+    prefix = root.removeprefix(f"s3a://{BUCKET}/")
+    # Killed in its upload: the marker is there, the commit not; a start is refused, the next run rolls back.
+    killed = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while killed.poll() is None and time.monotonic() < deadline:
+        if any(".repartitioning-" in key for key in keys(client, prefix)):
+            os.killpg(killed.pid, signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    assert killed.wait(timeout=60) == -signal.SIGKILL, "the repartition ended before its upload could be killed"
+    assert f"{prefix}/checkpoint/commits/7" not in keys(client, f"{prefix}/checkpoint/commits/")
+    held = run_cli("check", "--settings", str(path))
+    assert held.returncode != 0 and "into 3 partitions did not finish" in held.stdout + held.stderr, held
+    time.sleep(LEASE_SECONDS + 1)  # the killed run's lease lapses
+    moved = subprocess.run(command, cwd=PROJECT_DIR, capture_output=True, text=True, env=env, timeout=600)
+    assert moved.returncode == 0, moved.stdout[-3000:] + moved.stderr[-3000:]
+    assert f"repartition: put {root}/checkpoint back as it was before the repartition into 3" in moved.stdout
+    assert "repartition: done: batch 7 holds the state in 3 partitions" in moved.stdout, moved.stdout
+    assert not [key for key in keys(client, prefix) if ".repartitioning" in key]  # no marker left
+    assert f"{prefix}/checkpoint/commits/7" in keys(client, f"{prefix}/checkpoint/commits/")
+    assert f"{prefix}/output/_spark_metadata/7" in keys(client, f"{prefix}/output/_spark_metadata/")
+    refused = run_cli("check", "--settings", str(path))
+    assert refused.returncode == 4 and "spark.shuffle_partitions is 2 in settings, but the checkpoint" in (
+        refused.stdout + refused.stderr
+    )
+    changes["spark"] = {**changes["spark"], "shuffle_partitions": 3}
+    assert run_cli("check", "--settings", str(write_settings(changes))).returncode == 0
 
 
 # The restart, and the output read back by the same session (it has the S3 connector), into a local copy.

@@ -4,21 +4,33 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import tempfile
 from pathlib import Path
 
+from ..core.checkpoint.file_access import LocationPath
 from ..core.checkpoint.files import interrupted, last_committed, local_checkpoint
+from ..core.checkpoint.object_store import store_of
 from ..core.checkpoint.run_lock import holding
 from ..core.checkpoint.sink_log import COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL, LOG_DIR
+from ..core.contract import PACKAGE
 from ..core.settings import Settings, load_settings
 from ..job.endpoints.output_log import OutputLog
 from ..operations.repartition import (
     Plan,
     RepartitionFailed,
     RepartitionRefused,
+    Result,
     plan,
     recover,
     repartition,
     require_runner,
+)
+from ..operations.repartition_on_store import (
+    copied_here,
+    output_here,
+    recover_on_store,
+    repartition_on_store,
+    unchanged_names,
 )
 from .arguments import EXIT_QUERY_FAILED, add_settings_argument, positive_int
 
@@ -54,20 +66,14 @@ def cmd_repartition(args: argparse.Namespace) -> int:
             " Connect session has no such call), and spark.remote is set; run it without spark.remote (and"
             " SPARK_REMOTE) on a machine whose Spark reaches the checkpoint, with the job stopped; nothing was changed"
         )
+    if store_of(location):
+        return _repartition_on_store(args, settings)
     output = _output_log(settings)
     recovered = _recover_interrupted(location, output, settings.query.lease_seconds)
-    try:
-        chosen = plan(location, args.partitions or settings.spark.shuffle_partitions, args.finish_last_batch)
-    except RepartitionRefused as refused:
-        if recovered and "nothing to do" in str(refused):
-            print(f"repartition: {refused}")
-            return 0
-        raise
-    require_runner()
-    # The job's own settings as the checkpoint holds them: its session, and the batch to finish.
-    as_pinned = settings.model_copy(
-        update={"spark": settings.spark.model_copy(update={"shuffle_partitions": chosen.partitions_now})}
-    )
+    planned = _planned(location, settings, args, recovered)
+    if planned is None:
+        return 0
+    chosen, as_pinned = planned
     print(
         f"repartition: {chosen.checkpoint}, state of batch {chosen.last_committed}: {chosen.partitions_now} ->"
         f" {chosen.partitions_new} partitions; a copy is kept at {chosen.working_copy} until the result is verified",
@@ -92,6 +98,29 @@ def cmd_repartition(args: argparse.Namespace) -> int:
         except RepartitionFailed as error:
             print(f"repartition failed: {error}", flush=True)
             return EXIT_QUERY_FAILED
+    return _report(result, chosen, settings, args.settings)
+
+
+def _planned(
+    location: str, settings: Settings, args: argparse.Namespace, recovered: bool
+) -> tuple[Plan, Settings] | None:
+    """The plan, and the job's own settings as the checkpoint holds them (its session, the batch to finish);
+    None when an interrupted repartition was just recovered into the count asked for (said in a line)."""
+    try:
+        chosen = plan(location, args.partitions or settings.spark.shuffle_partitions, args.finish_last_batch)
+    except RepartitionRefused as refused:
+        if recovered and "nothing to do" in str(refused):
+            print(f"repartition: {refused}")
+            return None
+        raise
+    require_runner()
+    as_pinned = settings.model_copy(
+        update={"spark": settings.spark.model_copy(update={"shuffle_partitions": chosen.partitions_now})}
+    )
+    return chosen, as_pinned
+
+
+def _report(result: Result, chosen: Plan, settings: Settings, settings_file: Path) -> int:
     if result.recorded is not None:
         print(f"repartition: {result.recorded}")
     for (operator, store), rows in sorted(result.after.items()):
@@ -101,8 +130,67 @@ def cmd_repartition(args: argparse.Namespace) -> int:
         f"repartition: done: batch {result.batch} holds the state in {chosen.partitions_new} partitions"
         f" (verified by Spark's state reader); {kept}"
     )
-    print(_next_step(settings, chosen.partitions_new, args.settings))
+    print(_next_step(settings, chosen.partitions_new, settings_file))
     return 0
+
+
+def _repartition_on_store(args: argparse.Namespace, settings: Settings) -> int:
+    """The repartition of a checkpoint on an object store: on a copy here, then uploaded
+    (operations/repartition_on_store.py)."""
+    location, sink = settings.query.checkpoint_location, settings.sink
+    if sink.writes_files and not store_of(sink.path):
+        raise RepartitionRefused(
+            f"{location} is on an object store and sink.path {sink.path} is not: repartition records its batch in"
+            " the output with the checkpoint, on the store; keep both there (a savepoint moves them), nothing was"
+            " changed"
+        )
+    if args.finish_last_batch or args.keep_copy:
+        raise RepartitionRefused(
+            f"{location} is on an object store, where --finish-last-batch and --keep-copy are not offered: start the"
+            f" job with --max-batches 1 to finish its last batch, and take a savepoint (python -m {PACKAGE} savepoint"
+            " create) to keep a copy; nothing was changed"
+        )
+    if sink.type == "delta":
+        _require_deltalake(Path(sink.path))
+    on_store = OutputLog(sink.type, LocationPath(sink.path), LocationPath(location)) if sink.writes_files else None
+    from ..job.spark.session import job_session
+    from ..operations.inspection import inspect_checkpoint
+    from ..operations.state_reader import READER_CONFS
+
+    with holding(location, "the repartition", settings.query.lease_seconds):
+        recovered = recover_on_store(location, on_store)
+        for line in recovered:
+            print(f"repartition: {line}", flush=True)
+        with tempfile.TemporaryDirectory(prefix="repartition-") as staging:
+            checkpoint = copied_here(location, Path(staging))
+            with unchanged_names(checkpoint):
+                planned = _planned(str(checkpoint.here), settings, args, bool(recovered))
+            if planned is None:
+                return 0
+            chosen, as_pinned = planned
+            print(
+                f"repartition: {location}, state of batch {chosen.last_committed}: {chosen.partitions_now} ->"
+                f" {chosen.partitions_new} partitions, on a copy here ({checkpoint.here}), uploaded once verified",
+                flush=True,
+            )
+            here = str(checkpoint.here)
+            with job_session(as_pinned, with_connectors=False, also=READER_CONFS) as spark:
+                store_output = _as_the_session_sets_it(on_store, spark)
+                if store_output is not None:
+                    store_output = dataclasses.replace(store_output, checkpoint=checkpoint.here)
+                try:
+                    result = repartition_on_store(
+                        spark,
+                        chosen,
+                        checkpoint,
+                        lambda batch: inspect_checkpoint(spark, here, (batch, "rocksdb"), batch),
+                        output_here(store_output, Path(staging), checkpoint),
+                        store_output,
+                    )
+                except RepartitionFailed as error:
+                    print(f"repartition failed: {str(error).replace(here, location)}", flush=True)
+                    return EXIT_QUERY_FAILED
+    return _report(result, chosen, settings, args.settings)
 
 
 def _recover_interrupted(location: str, output: OutputLog | None, lease_seconds: float) -> bool:

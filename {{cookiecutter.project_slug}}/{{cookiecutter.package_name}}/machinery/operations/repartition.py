@@ -104,7 +104,7 @@ def plan(location: str, partitions: int, finish_last_batch: bool = False) -> Pla
             f"{location} is not on the local file system: repartition checks and copies the checkpoint here"
             " before it changes it. With the job stopped, move the checkpoint and output to a local disk (or a"
             f" mount such as /dbfs) with python -m {PACKAGE} savepoint create SAVEPOINT and savepoint restore"
-            " SAVEPOINT --checkpoint FOLDER --output FOLDER (which moves every path Spark wrote; from s3a:// too),"
+            " SAVEPOINT --checkpoint FOLDER --output FOLDER (which moves every path Spark wrote),"
             " repartition there, and move it back the same way"
         )
     held = read_checkpoint(checkpoint)

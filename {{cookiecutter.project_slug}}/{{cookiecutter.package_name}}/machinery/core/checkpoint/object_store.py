@@ -131,9 +131,18 @@ class StoreFiles:
         files = sorted(path for path in local.rglob("*") if path.is_file() and not path.name.endswith(".crc"))
         ranked = sorted(files, key=lambda path: _rank(path.relative_to(local).parts[0], last))
         for path in ranked:
-            with self._fs.open_output_stream(self._key(folder / path.relative_to(local))) as stream:
-                stream.write(path.read_bytes())
+            self.write(folder / path.relative_to(local), path.read_bytes())
         return [path.relative_to(local).as_posix() for path in ranked]
+
+    def write(self, path: Path, data: bytes) -> None:
+        """The object at `path` made to hold `data` (a PUT: whole or not at all)."""
+        with self._fs.open_output_stream(self._key(path)) as stream:
+            stream.write(data)
+
+    def delete(self, path: Path) -> None:
+        """The object at `path` deleted (nothing to do where there is none)."""
+        if self.exists(path):
+            self._fs.delete_file(self._key(path))
 
     def sizes(self, folder: Path) -> dict[str, int]:
         """Every file under `folder` by its path under it, with its size."""

@@ -522,14 +522,16 @@ def test_estimate_bills_the_requests_of_a_checkpoint_on_s3(write_settings):
     result = run_cli("estimate", "--settings", str(write_settings(changes)), "--json")
     assert result.returncode == 0, result.stderr
     bill = json.loads(result.stdout)["object_store_requests"]
-    # 2 instances: 54.55 for the batch's own logs and output, 13.5 for each instance.
-    assert sum(bill["per_batch"].values()) == pytest.approx(54.55 + 2 * 13.5)
-    assert bill["per_month"] == pytest.approx(30 * 24 * 60 * (54.55 + 2 * 13.5))
+    # 2 instances: 75.8 for the batch's own logs and output, 22.9 for each instance.
+    assert sum(bill["per_batch"].values()) == pytest.approx(75.8 + 2 * 22.9)
+    assert bill["per_month"] == pytest.approx(30 * 24 * 60 * (75.8 + 2 * 22.9))
     changes["capacity"] = {"request_prices": {"write_per_1000": 0.01, "read_per_1000": 0.0008}}  # twice S3's
     doubled = json.loads(run_cli("estimate", "--settings", str(write_settings(changes)), "--json").stdout)
     assert doubled["object_store_requests"]["cost_per_month"] == pytest.approx(2 * bill["cost_per_month"])
-    changes["query"]["trigger"] = "available_now"  # a rate source runs no such trigger: files
-    changes["source"] = {"type": "files"}
+    changes["source"] = {"type": "files", "files": {"path": "s3a://lake/landing"}}  # its own requests, 55.9
+    landing = json.loads(run_cli("estimate", "--settings", str(write_settings(changes)), "--json").stdout)
+    assert sum(landing["object_store_requests"]["per_batch"].values()) == pytest.approx(75.8 + 2 * 22.9 + 55.9)
+    changes["query"]["trigger"] = "available_now"
     text = run_cli("estimate", "--settings", str(write_settings(changes)))
     assert "Object store requests (checkpoint s3a://lake/ckpt)" in text.stdout
     assert "not estimated for a available_now trigger" in text.stdout

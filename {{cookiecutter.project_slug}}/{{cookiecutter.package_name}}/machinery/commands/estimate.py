@@ -227,7 +227,11 @@ def object_store_bill(settings: Settings | None, sizing: Estimate) -> RequestBil
     store = settings.state_store
     snapshot_each_commit = store.provider == "rocksdb" and not store.changelog_checkpointing
     prices = settings.capacity.request_prices.model_dump()
-    return request_bill(sizing.store_instances, parse_duration(settings.query.trigger), snapshot_each_commit, prices)
+    files_sources = sum(
+        1 for source in settings.inputs.values() if source.type == "files" and store_of(source.files.path)
+    )
+    trigger = parse_duration(settings.query.trigger)
+    return request_bill(sizing.store_instances, trigger, snapshot_each_commit, prices, files_sources)
 
 
 def interval_trigger(settings: Settings) -> bool:

@@ -234,12 +234,19 @@ def test_repartition_refusals_name_the_way_out_and_change_nothing(spark, make_se
     assert not checkpoint.exists()
     run_job(path)
     refused("--partitions", "4", expect="already holds its state in 4 partitions")
-    remote_query = {**changes["query"], "checkpoint_location": "s3a://bucket/cp"}
+    remote_query = {**changes["query"], "checkpoint_location": "hdfs://namenode/cp"}
     remote = write_settings({**changes, "query": remote_query}, name="remote.yaml")
     before = digest(checkpoint)
     result = repartition(remote, "--partitions", "8")
     assert result.returncode == 4 and "is not on the local file system" in result.stderr
     assert digest(checkpoint) == before
+    # On S3 it runs on a copy here (tests/machinery/test_object_store.py), with its output on the store too.
+    s3_query = {**changes["query"], "checkpoint_location": "s3a://bucket/cp"}
+    result = repartition(write_settings({**changes, "query": s3_query}, name="s3-cp.yaml"), "--partitions", "8")
+    assert result.returncode == 4, result.stderr
+    assert f"s3a://bucket/cp is on an object store and sink.path {changes['sink']['path']} is not: repartition" in (
+        result.stderr
+    ), result.stderr
     remote_sink = write_settings({**changes, "sink": {**changes["sink"], "path": "s3a://bucket/out"}}, name="s3.yaml")
     result = repartition(remote_sink, "--partitions", "8")
     assert result.returncode == 4 and "the parquet output s3a://bucket/out is not on the local" in result.stderr

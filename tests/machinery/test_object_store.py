@@ -40,6 +40,7 @@ from .conftest import (
     read_events_batch,
     run_cli,
     run_main,
+    run_python,
 )
 from .test_connect import ConnectServer
 
@@ -106,14 +107,7 @@ def s3_server(tmp_path_factory):
 
 def job_process(settings: Path, env: dict[str, str], *more: str) -> subprocess.CompletedProcess[str]:
     """`python main.py --settings settings more...` as a process of its own: the session the S3 connector's."""
-    return subprocess.run(
-        [sys.executable, "main.py", "--settings", str(settings), *more],
-        cwd=PROJECT_DIR,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    return run_python("main.py", "--settings", str(settings), *more, env=env, timeout=600)
 
 
 def keys(client, prefix: str) -> list[str]:
@@ -226,13 +220,8 @@ def test_a_delta_table_on_s3_holds_each_batch_once_and_the_guard_reads_it(
     held = table_rows(spark, table)
     assertDataFrameEqual(held, expected.select(*held.columns))
     if mode == "update":  # inspect reads the state and its change feed from the checkpoint on S3
-        looked = subprocess.run(
-            [sys.executable, "-m", "stream_job", "inspect", "--settings", str(path), "--json", "--key", "key-0"],
-            cwd=PROJECT_DIR,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=600,
+        looked = run_python(
+            "-m", "stream_job", "inspect", "--settings", str(path), "--json", "--key", "key-0", env=env, timeout=600
         )
         assert looked.returncode == 0, looked.stderr[-3000:]
         found = json.loads(looked.stdout)
@@ -319,14 +308,7 @@ def test_a_job_on_s3_refuses_a_second_driver_and_killed_mid_batch_restarts_exact
     soon = run_main("--settings", str(path))
     assert soon.returncode == 4 and "is leased by" in soon.stderr, soon.stderr
     time.sleep(LEASE_SECONDS + 1)
-    restart = subprocess.run(
-        [sys.executable, "-c", RESTART_THEN_READ, str(path), str(tmp_path / "read")],
-        cwd=PROJECT_DIR,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    restart = run_python("-c", RESTART_THEN_READ, str(path), str(tmp_path / "read"), env=env, timeout=600)
     assert restart.returncode == 0, restart.stderr[-3000:]
     assert "took over the lease of this job on" in restart.stderr
     assert f"batch {in_flight}:" in restart.stdout
@@ -450,7 +432,7 @@ def repartitions_on_s3(client, changes: dict, root: str, write_settings) -> None
     held = run_cli("check", "--settings", str(path))
     assert held.returncode != 0 and "into 3 partitions did not finish" in held.stdout + held.stderr, held
     time.sleep(LEASE_SECONDS + 1)  # the killed run's lease lapses
-    moved = subprocess.run(command, cwd=PROJECT_DIR, capture_output=True, text=True, env=env, timeout=600)
+    moved = run_python(*command[1:], env=env, timeout=600)
     assert moved.returncode == 0, moved.stdout[-3000:] + moved.stderr[-3000:]
     assert f"repartition: put {root}/checkpoint back as it was before the repartition into 3" in moved.stdout
     assert "repartition: done: batch 7 holds the state in 3 partitions" in moved.stdout, moved.stdout

@@ -46,7 +46,7 @@ test-all: setup check-java ## make test plus the secondary proofs, the soak and 
 test-fast: setup ## the tests that run no generated test suite
 	$(BIN)/python -m pytest -m "not slow"
 
-bench-overhead: setup check-java ## time the generated job against a hand-written script (a few minutes)
+bench-overhead: setup check-java ## the generated job against a hand-written script, batch by batch, 3 rounds (about 15 minutes)
 	$(BIN)/python benchmarks/overhead.py
 
 lint: setup ## ruff on the template's own code (hooks and tests)

@@ -31,7 +31,7 @@ The Kafka connector is 4.2.0 (the Maven mirror here serves no 4.3.0; 4.2.0 runs 
 
     .venv/bin/python benchmarks/kafka_latency.py [--rate 500] [--seconds 45] [--warmup 10]
         [--triggers "100 milliseconds,real_time 5 seconds"] [--master "local[3]"] [--shapes deduplication,windowed count]
-        [--implementations template,hand-written] [--rounds 1] [--keep] [--name kafka_latency]
+        [--implementations template,hand-written] [--rounds 1] [--source-options JSON] [--keep] [--name kafka_latency]
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from pathlib import Path
 
 import pyspark
 import yaml
-from overhead import machine, run, save
+from overhead import busy_jiffies, cpu_busy_share, machine, run, save
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -70,6 +70,8 @@ BROKER = "Kafka 4.2.0 (the project's local broker, KRaft, one node)"
 DRAIN_SECONDS = 10
 # The latency by when in its batch a record was produced: bins of this many seconds since the batch started.
 PHASE_BIN_SECONDS = 0.5
+# The latency percentiles reported, and compared between implementations and modes.
+LEVELS = ("p50", "p95", "p99")
 
 
 def arguments() -> argparse.Namespace:
@@ -95,6 +97,12 @@ def arguments() -> argparse.Namespace:
     )
     parser.add_argument(
         "--rounds", type=int, default=1, help="runs of every row, pooled per row (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--source-options",
+        type=json.loads,
+        default={},
+        help='source.kafka.options for every run, as JSON, such as \'{"kafka.fetch.max.wait.ms": "10"}\'',
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (bakes, job logs, checkpoints)")
     parser.add_argument("--name", default="kafka_latency", help="results file name (default: %(default)s)")
@@ -227,6 +235,8 @@ def run_row(row: dict, project: Path, local_kafka, broker, args: argparse.Namesp
         local_kafka.create_topic(broker.bootstrap, topic)
     checkpoint = folder / "checkpoint"
     env = job_environment(broker.bootstrap, topics, checkpoint, row["trigger"], args.master)
+    if args.source_options:  # the user's Kafka client options: both implementations get them (through config)
+        env["STREAM_JOB_SOURCE__KAFKA__OPTIONS"] = json.dumps(args.source_options)
     if row["implementation"] == "template":
         command = [sys.executable, "main.py"]
     else:
@@ -263,18 +273,6 @@ def run_row(row: dict, project: Path, local_kafka, broker, args: argparse.Namesp
         "load_1min_after": round(load_after, 2),
         "batches": batches(checkpoint),
     }
-
-
-def busy_jiffies() -> tuple[int, int]:
-    """The machine's CPU time so far, busy and in all, from /proc/stat (every core)."""
-    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle and iowait
-    return sum(fields) - idle, sum(fields)
-
-
-def cpu_busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
-    """The share of all cores busy between two busy_jiffies readings, by every process on the machine."""
-    return round((after[0] - before[0]) / max(1, after[1] - before[1]), 2)
 
 
 def batches(checkpoint: Path) -> list[dict[str, float]]:
@@ -483,6 +481,7 @@ def main() -> None:
             f" {config['settings']['spark']['shuffle_partitions']} shuffle partitions, spark.master {args.master}"
             f" on {os.cpu_count()} cores, {args.rounds} run{'s' if args.rounds > 1 else ''} of each row;"
             f" the first {args.warmup} s of each run left out"
+            + (f"; source.kafka.options {args.source_options}" if args.source_options else "")
         ),
         "versions": {"pyspark": pyspark.__version__, "kafka_connector": CONNECTOR, "broker": BROKER},
         "rows": rows,
@@ -494,24 +493,30 @@ def main() -> None:
 
 
 def ratios(rows: list[dict]) -> list[dict]:
-    """The goals' ratios of p99: template / hand-written in each shape and mode, and real-time / micro-batch in
-    each shape and implementation (against the first micro-batch trigger)."""
-    p99 = {(row["shape"], row["mode"], row["implementation"]): row["p99_ms"] for row in rows}
+    """The goals' ratios at p50, p95 and p99: template / hand-written in each shape and mode, and real-time /
+    micro-batch in each shape and implementation (against the first micro-batch trigger)."""
     found = []
-    for (shape, mode_, implementation), value in p99.items():
-        hand = p99.get((shape, mode_, "hand-written"))
-        if implementation == "template" and value and hand:
-            found.append(
-                {"shape": shape, "of": f"{mode_}: template / hand-written", "p99_ratio": round(value / hand, 2)}
-            )
-    for (shape, mode_, implementation), value in p99.items():
+    by_row = {(row["shape"], row["mode"], row["implementation"]): row for row in rows}
+
+    def of(row: dict, other: dict) -> dict[str, float | None]:
+        return {
+            f"{level}_ratio": round(row[f"{level}_ms"] / other[f"{level}_ms"], 2)
+            if row[f"{level}_ms"] and other[f"{level}_ms"]
+            else None
+            for level in LEVELS
+        }
+
+    for (shape, mode_, implementation), row in by_row.items():
+        hand = by_row.get((shape, mode_, "hand-written"))
+        if implementation == "template" and hand:
+            found.append({"shape": shape, "of": f"{mode_}: template / hand-written", **of(row, hand)})
+    for (shape, mode_, implementation), row in by_row.items():
         micro = next(
-            (v for (s, m, i), v in p99.items() if (s, i) == (shape, implementation) and m == "micro-batch"), None
+            (other for (s, m, i), other in by_row.items() if (s, i) == (shape, implementation) and m == "micro-batch"),
+            None,
         )
-        if mode_ != "micro-batch" and value and micro:
-            found.append(
-                {"shape": shape, "of": f"{implementation}: {mode_} / micro-batch", "p99_ratio": round(value / micro, 2)}
-            )
+        if mode_ != "micro-batch" and micro:
+            found.append({"shape": shape, "of": f"{implementation}: {mode_} / micro-batch", **of(row, micro)})
     return found
 
 
@@ -534,8 +539,11 @@ def report(result: dict) -> list[str]:
             f" | {row['results']:,} | {row['batches']} | {median} | {row['p50_ms']} | {row['p95_ms']} | {row['p99_ms']}"
             f" | {', '.join(map(str, row['p99_ms_per_run']))} | {', '.join(f'{c:.0%}' for c in row['cpu_busy_per_run'])} |"
         )
-    lines += ["", "| shape | p99 ratio of | ratio |", "| --- | --- | ---: |"]
-    lines += [f"| {ratio['shape']} | {ratio['of']} | {ratio['p99_ratio']} |" for ratio in result["ratios"]]
+    lines += ["", "| shape | ratio of | p50 | p95 | p99 |", "| --- | --- | ---: | ---: | ---: |"]
+    lines += [
+        f"| {ratio['shape']} | {ratio['of']} | " + " | ".join(str(ratio[f"{level}_ratio"]) for level in LEVELS) + " |"
+        for ratio in result["ratios"]
+    ]
     phased = [row for row in result["rows"] if "by_phase" in row]
     if phased:
         lines += [

@@ -20,7 +20,7 @@ pytestmark = [
 
 
 def test_overhead_benchmark_runs_both_jobs_and_writes_its_results(tmp_path):
-    command = [sys.executable, "benchmarks/overhead.py", "--rounds", "1", "--files", "2", "--events-per-file", "40"]
+    command = [sys.executable, "benchmarks/overhead.py", "--rounds", "1", "--small", "3x40", "--large", "1x400"]
     done = subprocess.run(
         [*command, "--partitions", "2", "--results-dir", str(tmp_path)],
         cwd=TEMPLATE,
@@ -30,17 +30,21 @@ def test_overhead_benchmark_runs_both_jobs_and_writes_its_results(tmp_path):
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     result = json.loads((tmp_path / "overhead.json").read_text())
-    generated, handwritten = result["seconds"]["generated"], result["seconds"]["handwritten"]
-    assert len(generated) == len(handwritten) == 1
-    assert result["ratio_of_medians"] == pytest.approx(generated[0] / handwritten[0])
-    assert result["median_of_ratios"] == pytest.approx(generated[0] / handwritten[0])
-    # Each run's three parts, told by its checkpoint's files, add up to its wall time.
-    for name, seconds in result["seconds"].items():
-        (phases,) = result["phases"][name]
-        assert min(phases.values()) > 0
-        assert sum(phases.values()) == pytest.approx(seconds[0])
+    assert list(result["workloads"]) == ["small batches", "large batches"]
+    for label, files in (("small batches", 3), ("large batches", 1)):
+        entry = result["workloads"][label]
+        template, handwritten = (entry[name]["runs"] for name in ("template", "hand-written"))
+        assert len(template) == len(handwritten) == 1
+        # One file a batch, and the closing batch that moves the watermark past the last windows.
+        assert template[0]["batches"] == handwritten[0]["batches"] == files + 1
+        ratio = template[0]["seconds_a_batch"] / handwritten[0]["seconds_a_batch"]
+        assert entry["ratio_seconds_a_batch"]["median"] == pytest.approx(ratio)
+        # Spark's own metrics were read: every batch compiles code and runs a job in each.
+        for run in (*template, *handwritten):
+            assert run["compilations_a_batch"] > 0 and run["jobs_a_batch"] >= 1
+            assert 0 < run["cpu_busy"] <= 1
     # The script exits non-zero when the two outputs differ; both wrote the same closed windows.
-    assert result["rows_written"] > 0
+    assert result["workloads"]["small batches"]["rows_written"] > 0
     assert (tmp_path / "overhead.md").read_text().startswith("# Template overhead\n")
-    assert "Median of the per-round ratios: **" in done.stdout
-    assert "| generated | " in done.stdout and "| start | batches | stop |" in done.stdout
+    assert "- small batches, seconds a batch: median **" in done.stdout
+    assert "| small batches (3 files x 40 events) | template | 4 |" in done.stdout

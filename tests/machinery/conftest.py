@@ -224,6 +224,9 @@ def committed_batches(checkpoint: Path | str) -> list[int]:
 
 # The operator of the bake's query module: every test runs it (a bake holds one operator's code).
 BAKED_OPERATOR = OPERATOR
+# A modification time for landing files a test orders itself (LANDED + i for the i-th): an hour ago, after
+# every test's event times (the files source bounds each event time by its file's modification time).
+LANDED = int(datetime.now().timestamp()) - 3_600
 # The default bake's operator: the bake where proofs that do not depend on the operator run.
 DEFAULT_OPERATOR = "windowed_aggregation"
 # A provider every operator runs on, for tests about something else than the provider.

@@ -2,7 +2,8 @@
 one far ahead are bad records; late rows are counted.
 
 A record that does not parse with EVENT_SCHEMA (malformed), or whose event time is null or missing, or
-lies more than query.max_event_time_ahead past the processing time, follows the source's on_bad_record:
+lies more than query.max_event_time_ahead past its arrival (its file's modification time, its Kafka
+timestamp), follows the source's on_bad_record:
 fail stops the batch uncommitted with one line naming the file (or Kafka partition and offset) and the
 row; drop drops it and counts it on the progress line. Rows the stateful operators drop as late (behind
 the watermark) are counted there too, and the watchdog says so loudly when they jump. The streaming case
@@ -16,6 +17,7 @@ import json
 import os
 import shutil
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.settings import SettingsError, load_settings
 from stream_job.machinery.job.endpoints.output import read_output
-from stream_job.machinery.job.endpoints.sources import events_from_json, without_bad_records
+from stream_job.machinery.job.endpoints.sources import Arrival, events_from_json, without_bad_records
 from stream_job.machinery.job.run.advice import bad_record_advice
 from stream_job.machinery.job.run.progress import StateWatchdog, format_progress
 from stream_job.query import EVENT_SCHEMA
@@ -143,19 +145,31 @@ def test_an_event_time_far_ahead_fails_naming_the_row_or_is_dropped(spark, make_
     raw = spark.createDataFrame([(json.dumps(row),) for row in rows], "value string")
     events = events_from_json(raw, "value", EVENT_SCHEMA)
     origin = F.lit("file:///landing/events-7.json")
+    # e3 is 23 hours ahead of its file, within the bound.
+    late_file = raw.union(spark.createDataFrame([('{"event_id":"e3","key":"k","event_time":"2026-01-01T23:00:10Z"}',)]))
+    arrival = Arrival(F.lit(datetime(2026, 1, 1, 0, 0, 10)), "the file's modification time")
 
-    kept = without_bad_records(events, EVENT_SCHEMA, "drop", origin, "source", settings.query)
-    assert [row.event_id for row in kept.collect()] == ["e1"]
+    kept = without_bad_records(
+        events_from_json(late_file, "value", EVENT_SCHEMA),
+        EVENT_SCHEMA,
+        "drop",
+        origin,
+        arrival,
+        "source",
+        settings.query,
+    )
+    assert sorted(row.event_id for row in kept.collect()) == ["e1", "e3"]
     unbounded = settings.query.model_copy(update={"max_event_time_ahead": None})
-    assert without_bad_records(events, EVENT_SCHEMA, "drop", origin, "source", unbounded).count() == 2
+    assert without_bad_records(events, EVENT_SCHEMA, "drop", origin, arrival, "source", unbounded).count() == 2
 
     with pytest.raises((PySparkException, Py4JJavaError)) as failed:
-        without_bad_records(events, EVENT_SCHEMA, "fail", origin, "source", settings.query).collect()
+        without_bad_records(events, EVENT_SCHEMA, "fail", origin, arrival, "source", settings.query).collect()
     (line,) = bad_record_advice(str(failed.value), settings)
     assert line == (
         "bad record: file:///landing/events-7.json holds a row without a usable event time, event_time"
-        " 2100-01-01 00:00:00 is more than 1 day ahead of the processing time (query.max_event_time_ahead,"
-        " 1 day, is how far ahead of the processing time an event may be; epoch milliseconds read as seconds"
+        " 2100-01-01 00:00:00 is more than 1 day ahead of its arrival, the file's modification time"
+        " 2026-01-01 00:00:10 (query.max_event_time_ahead, 1 day, is how far ahead of its arrival an event time"
+        " may be; epoch milliseconds read as seconds"
         ' land some 50,000 years ahead): {"event_id":"e2","key":"k","event_time":"2100-01-01T00:00:00.000Z"}'
         + ADVICE_END
     )

@@ -18,7 +18,7 @@ from stream_job.machinery.job.run.runner import run_query
 from stream_job.machinery.job.spark.session import apply_confs
 from stream_job.query import EVENT_SCHEMA
 
-from .conftest import BAKED_OPERATOR, deep_merge, operator_changes
+from .conftest import BAKED_OPERATOR, LANDED, deep_merge, operator_changes
 
 # Each test runs in the bake of its operator (a bake holds one operator's query).
 pytestmark = [pytest.mark.streaming, pytest.mark.operator]
@@ -38,7 +38,7 @@ def land(directory: Path, files: list[list[tuple[str, str, str]]]) -> None:
             for event_id, key, clock in events
         ]
         path.write_text("\n".join(lines) + "\n")
-        os.utime(path, (1_000_000 + index, 1_000_000 + index))
+        os.utime(path, (LANDED + index, LANDED + index))
 
 
 def run_changes(tmp_path: Path, operator: str, provider: str, watermark: str) -> dict:

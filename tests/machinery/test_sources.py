@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.endpoints.kafka import kafka_options
-from stream_job.machinery.job.endpoints.sources import events_from_json, files_options, without_bad_records
+from stream_job.machinery.job.endpoints.sources import Arrival, events_from_json, files_options, without_bad_records
 from stream_job.query import EVENT_SCHEMA
 
 SASL = {
@@ -139,8 +139,9 @@ def test_bad_json_is_dropped_or_fails_naming_it(spark, make_settings):
     raw = spark.createDataFrame([(GOOD.encode(),), (b"not json at all",)], "value binary")
     events = events_from_json(raw, "value", EVENT_SCHEMA)
     query = make_settings().query
-    dropped = without_bad_records(events, EVENT_SCHEMA, "drop", F.lit("topic t"), "source", query)
+    arrival = Arrival(F.lit(datetime(2026, 1, 1, 0, 1)), "its Kafka timestamp")
+    dropped = without_bad_records(events, EVENT_SCHEMA, "drop", F.lit("topic t"), arrival, "source", query)
     assert [row.event_id for row in dropped.collect()] == ["e1"]
     # Spark raises it from the JVM: a Py4JJavaError here, a StreamingQueryException in a running query.
     with pytest.raises((PySparkException, Py4JJavaError), match="bad record in source topic t: a record that does not"):
-        without_bad_records(events, EVENT_SCHEMA, "fail", F.lit("topic t"), "source", query).collect()
+        without_bad_records(events, EVENT_SCHEMA, "fail", F.lit("topic t"), arrival, "source", query).collect()

@@ -26,6 +26,7 @@ from stream_job.query import EVENT_SCHEMA
 
 from .conftest import (
     ANY_PROVIDER,
+    LANDED,
     PROJECT_DIR,
     batch_expectation,
     clean_env,
@@ -225,7 +226,7 @@ def test_files_source_reads_csv_and_parquet(spark, make_settings, tmp_path, file
         events.write.format(file_format).option("header", "true").save(str(staging))
         (part,) = [path for path in staging.iterdir() if path.name.startswith("part-")]
         target = part.rename(landing / f"events-{index:05d}.{file_format}")
-        os.utime(target, (1_000_000 + index, 1_000_000 + index))
+        os.utime(target, (LANDED + index, LANDED + index))
     changes["source"]["files"] |= {"path": str(landing), "format": file_format}
     settings = make_settings(changes)
     apply_confs(spark, settings)

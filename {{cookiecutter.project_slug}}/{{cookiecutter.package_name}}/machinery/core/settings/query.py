@@ -38,7 +38,7 @@ class QuerySettings(Section):
     # label (None without one). The stateful operators that run come from the query's plan.
     operator: OperatorName | None = Field(None, description=", ".join(NAMES[:-1]) + " or " + NAMES[-1])
     watermark: Delay = Field(description="a Spark interval such as '10 minutes', or '0 seconds'")
-    # An event time more than this past the processing time is a bad record (the source's on_bad_record),
+    # An event time more than this past its record's arrival is a bad record (the source's on_bad_record),
     # so that one wrong clock cannot move the watermark past every later event; null: no bound.
     max_event_time_ahead: Duration | None = Field("1 day", description="a Spark interval such as '1 day', or null")
     window: Duration = Field("1 minute", description="a Spark interval such as '1 minute'")

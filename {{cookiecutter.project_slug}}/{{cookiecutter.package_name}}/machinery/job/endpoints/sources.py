@@ -1,7 +1,7 @@
 """Streaming sources, each mapped to the query module's EVENT_SCHEMA (see contract.py).
 
 The files and Kafka sources also check each record (without_bad_records): one that does not parse
-with EVENT_SCHEMA, or whose event time is missing or far ahead of the processing time, is a bad record.
+with EVENT_SCHEMA, or whose event time is missing or far ahead of the record's arrival, is a bad record.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import operator
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import reduce
+from typing import NamedTuple
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -27,6 +28,8 @@ BAD_RECORDS_OBSERVATION = "bad_records"
 MALFORMED = "malformed"
 WITHOUT_EVENT_TIME = "without_event_time"
 EVENT_TIME_AHEAD = "event_time_ahead"
+# How the line of an event time too far ahead goes on (run/advice.py finds it by this).
+AHEAD_OF_ARRIVAL = "ahead of its arrival,"
 
 # Spark's parsers keep the text of a record that does not parse in this column (PERMISSIVE mode), so that the
 # job counts or names it: DROPMALFORMED drops it uncounted, FAILFAST names neither the record nor its file.
@@ -35,6 +38,20 @@ PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": UNPARSED}
 PARSED_FORMATS = ("json", "csv")
 # How much of a record that does not parse its error shows.
 SHOWN_CHARS = 100
+# The column that holds each record's arrival (Arrival) until the check, dropped after it.
+ARRIVAL = "_arrival_time"
+
+
+class Arrival(NamedTuple):
+    """When a record reached its source: the bound its event time may be ahead of by query.max_event_time_ahead.
+
+    The record's own time (a file's modification time, a Kafka record's timestamp), not the batch's
+    current_timestamp(): Spark writes that into the generated code as a literal that changes every batch,
+    so the stage was compiled again each batch; and the record's time is the same when a batch runs again.
+    """
+
+    time: Column
+    said: str  # what the time is, for the bad record's line
 
 
 def read_inputs(spark: SparkSession, settings: Settings) -> tuple[DataFrame, DataFrame | None]:
@@ -94,10 +111,13 @@ def read_files(spark: SparkSession, files: FilesSourceSettings, section: str, qu
     schema = user_query().EVENT_SCHEMA
     parsed = files.format in PARSED_FORMATS
     reader = spark.readStream.format(files.format).schema(with_unparsed(schema) if parsed else schema)
-    events = reader.options(**files_options(files)).load(files.path)
+    # The metadata column is read beside the file's columns, before any other projection hides it.
+    loaded = reader.options(**files_options(files)).load(files.path)
+    events = loaded.withColumn(ARRIVAL, F.col("_metadata.file_modification_time"))
     if not parsed:  # parquet: every record parses
         events = events.withColumn(UNPARSED, F.lit(None).cast("string"))
-    checked = without_bad_records(events, schema, files.on_bad_record, F.input_file_name(), section, query)
+    arrival = Arrival(F.col(ARRIVAL), "the file's modification time")
+    checked = without_bad_records(events, schema, files.on_bad_record, F.input_file_name(), arrival, section, query)
     return checked.select(*schema.fieldNames())
 
 
@@ -106,9 +126,11 @@ def read_kafka(spark: SparkSession, kafka: KafkaSourceSettings, section: str, qu
     a bad record is named by its topic, partition and offset."""
     schema = user_query().EVENT_SCHEMA
     raw = spark.readStream.format("kafka").options(**kafka_options(kafka)).load()
-    events = events_from_json(raw, "value", schema, keep=("topic", "partition", "offset"))
+    keep = ("topic", "partition", "offset", F.col("timestamp").alias(ARRIVAL))
+    events = events_from_json(raw, "value", schema, keep=keep)
     origin = F.format_string("topic %s partition %d offset %d", "topic", "partition", "offset")
-    checked = without_bad_records(events, schema, kafka.on_bad_record, origin, section, query)
+    arrival = Arrival(F.col(ARRIVAL), "its Kafka timestamp")
+    checked = without_bad_records(events, schema, kafka.on_bad_record, origin, arrival, section, query)
     return checked.select(*schema.fieldNames())
 
 
@@ -117,16 +139,23 @@ def with_unparsed(schema: StructType) -> StructType:
     return StructType([*schema.fields, StructField(UNPARSED, StringType())])
 
 
-def events_from_json(raw: DataFrame, column: str, schema: StructType, keep: Sequence[str] = ()) -> DataFrame:
+def events_from_json(raw: DataFrame, column: str, schema: StructType, keep: Sequence[str | Column] = ()) -> DataFrame:
     """A column of JSON text (a Kafka message value) -> events, parsed with the declared schema, the text of
     a record that does not parse in UNPARSED (without_bad_records counts or names it), and the raw columns
     named in keep (the record's partition and offset, say) beside them."""
     event = F.from_json(F.col(column).cast("string"), with_unparsed(schema), PARSE_OPTIONS)
-    return raw.select(event.alias("event"), *keep).select("event.*", *keep)
+    parsed = raw.select(event.alias("event"), *keep)
+    return parsed.select("event.*", *parsed.columns[1:])
 
 
 def without_bad_records(
-    events: DataFrame, schema: StructType, on_bad_record: str, origin: Column, section: str, query: QuerySettings
+    events: DataFrame,
+    schema: StructType,
+    on_bad_record: str,
+    origin: Column,
+    arrival: Arrival,
+    section: str,
+    query: QuerySettings,
 ) -> DataFrame:
     """The events that are not bad records, from rows parsed with with_unparsed(schema).
 
@@ -139,7 +168,7 @@ def without_bad_records(
     malformed = unparsed.isNotNull()
     # kind -> (which rows, what the error says of one); the kinds exclude each other: each record counts once.
     kinds = {MALFORMED: (malformed, F.lit("a record that does not parse as EVENT_SCHEMA"))}
-    kinds.update(event_time_kinds(schema, query, parsed=~malformed))
+    kinds.update(event_time_kinds(schema, query, arrival, parsed=~malformed))
     bad = reduce(operator.or_, (rows for rows, _ in kinds.values()))
     if on_bad_record == "drop":
         counts = [F.count_if(rows).alias(kind) for kind, (rows, _) in kinds.items()]
@@ -153,10 +182,12 @@ def without_bad_records(
     return events.where(F.when(bad, F.raise_error(message)).isNull())
 
 
-def event_time_kinds(schema: StructType, query: QuerySettings, parsed: Column) -> dict[str, tuple[Column, Column]]:
+def event_time_kinds(
+    schema: StructType, query: QuerySettings, arrival: Arrival, parsed: Column
+) -> dict[str, tuple[Column, Column]]:
     """The parsed rows whose event time (EVENT_SCHEMA's first timestamp column: schema_events.roles)
-    cannot be trusted: null or missing, or more than query.max_event_time_ahead past the processing time
-    of the batch (None: no bound); for without_bad_records.
+    cannot be trusted: null or missing, or more than query.max_event_time_ahead past the record's arrival
+    (None: no bound); for without_bad_records.
 
     A null event time would pass every watermark (a windowed count drops the row without a word, a
     deduplication keeps its id for ever), and one far ahead (2100, or epoch milliseconds read as
@@ -170,8 +201,10 @@ def event_time_kinds(schema: StructType, query: QuerySettings, parsed: Column) -
     unusable = "a row without a usable event time"
     kinds = {WITHOUT_EVENT_TIME: (parsed & event_time.isNull(), F.lit(f"{unusable}, {name} is null or missing"))}
     if query.max_ahead_seconds is not None:
-        ahead = event_time > F.current_timestamp() + F.lit(timedelta(seconds=query.max_ahead_seconds))
+        ahead = event_time > arrival.time + F.lit(timedelta(seconds=query.max_ahead_seconds))
         named = name.replace("%", "%%")  # format_string's pattern holds it as text
-        said = f"{unusable}, {named} %s is more than {query.max_event_time_ahead} ahead of the processing time"
-        kinds[EVENT_TIME_AHEAD] = (parsed & ahead, F.format_string(said, event_time.cast("string")))
+        bound = query.max_event_time_ahead
+        said = f"{unusable}, {named} %s is more than {bound} {AHEAD_OF_ARRIVAL} {arrival.said} %s"
+        shown = F.format_string(said, event_time.cast("string"), arrival.time.cast("string"))
+        kinds[EVENT_TIME_AHEAD] = (parsed & ahead, shown)
     return kinds

@@ -17,7 +17,7 @@ from ...core.settings import Settings, nearest_existing_folder
 from ...core.sizing.estimate import Estimate
 from ...core.sizing.memory import memory_setting
 from ..endpoints.kafka import KAFKA_ERROR, EndpointsChecked
-from ..endpoints.sources import BAD_RECORD_ERROR
+from ..endpoints.sources import AHEAD_OF_ARRIVAL, BAD_RECORD_ERROR
 from ..guard.state_checks import local_checksum_failures
 
 
@@ -134,9 +134,9 @@ def bad_record_advice(message: str, settings: Settings) -> list[str]:
     setting = f"{section}.{source.type}.on_bad_record" if source else "on_bad_record"
     bound = settings.query.max_event_time_ahead
     ahead = (
-        f" (query.max_event_time_ahead, {bound}, is how far ahead of the processing time an event may be;"
+        f" (query.max_event_time_ahead, {bound}, is how far ahead of its arrival an event time may be;"
         " epoch milliseconds read as seconds land some 50,000 years ahead)"
-        if "ahead of the processing time" in what
+        if AHEAD_OF_ARRIVAL in what
         else ""
     )
     # A real-time batch writes each result to Kafka as its record arrives: those before the bad one may be out.

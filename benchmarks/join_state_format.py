@@ -18,14 +18,11 @@ in the real-time proofs' environment (tests/real_time_spark.py).
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
 import tempfile
 from pathlib import Path
-
-import pyspark
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -50,15 +47,6 @@ def arguments() -> argparse.Namespace:
     if args.rows < 1 or args.batches <= WARMUP or args.rounds < 1:
         parser.error(f"--rows and --rounds must be 1 or more, --batches more than {WARMUP}")
     return args
-
-
-def on_spark_43() -> None:
-    """Run this script again under the real-time proofs' pyspark 4.3 unless it is."""
-    if pyspark.__version__ == real_time_spark.PYSPARK:
-        return
-    real_time_spark.main()
-    python = str(real_time_spark.PYTHON)
-    os.execv(python, [python, __file__, *sys.argv[1:]])
 
 
 def side(spark, name: str, rows: int):
@@ -111,7 +99,7 @@ def run(spark, state_format: int, rows: int, batches: int) -> dict:
 
 
 def main() -> None:
-    on_spark_43()
+    real_time_spark.run_script_on_it(__file__)
     args = arguments()
     from pyspark.sql import SparkSession
 

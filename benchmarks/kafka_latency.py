@@ -63,7 +63,6 @@ HANDWRITTEN = Path(__file__).resolve().with_name("handwritten_kafka_job.py")
 KEYS = 1000
 SHAPES = {"deduplication": "deduplication", "windowed count": "windowed_aggregation"}
 IMPLEMENTATIONS = ("template", "hand-written")
-SPARK = real_time_spark.PYSPARK  # the first with stateful operators in real-time mode
 CONNECTOR = "4.2.0"
 BROKER = "Kafka 4.2.0 (the project's local broker, KRaft, one node)"
 # Seconds a job is given after the producer stops, for the last records' results.
@@ -113,17 +112,6 @@ def arguments() -> argparse.Namespace:
     if not set(args.shapes) <= set(SHAPES) or not set(args.implementations) <= set(IMPLEMENTATIONS):
         parser.error(f"--shapes: choose from {', '.join(SHAPES)}; --implementations: from {', '.join(IMPLEMENTATIONS)}")
     return args
-
-
-def on_real_time_spark() -> None:
-    """Run this script again under pyspark SPARK (the real-time proofs' environment: that pyspark over .venv's
-    packages, cookiecutter among them) unless it is."""
-    if pyspark.__version__ == SPARK:
-        return
-    real_time_spark.main()
-    python = real_time_spark.PYTHON
-    print(f"pyspark {pyspark.__version__} here: running under {python} (pyspark {SPARK})", flush=True)
-    os.execv(python, [str(python), __file__, *sys.argv[1:]])
 
 
 def bake(scratch: Path, operator: str, rate: int) -> Path:
@@ -438,7 +426,7 @@ def mode(batch_seconds: float) -> str:
 
 
 def main() -> None:
-    on_real_time_spark()
+    real_time_spark.run_script_on_it(__file__)
     args = arguments()
     scratch = Path(tempfile.mkdtemp(prefix="kafka-latency-"))
     try:

@@ -11,6 +11,7 @@ whole environment of the project's dependencies takes minutes.
 
 from __future__ import annotations
 
+import os
 import site
 import subprocess
 import sys
@@ -41,6 +42,18 @@ def main() -> None:
     if not installed():
         raise SystemExit(f"real-time spark: {PYTHON} does not import pyspark {PYSPARK}")
     print(f"real-time spark: made {VENV} (pyspark {PYSPARK} over {sys.prefix})")
+
+
+def run_script_on_it(script: str) -> None:
+    """Run `script` (a benchmark's __file__) again under this pyspark, made first where missing, with the same
+    arguments, unless the running pyspark is this one."""
+    import pyspark
+
+    if pyspark.__version__ == PYSPARK:
+        return
+    main()
+    print(f"pyspark {pyspark.__version__} here: running under {PYTHON} (pyspark {PYSPARK})", flush=True)
+    os.execv(PYTHON, [str(PYTHON), script, *sys.argv[1:]])
 
 
 if __name__ == "__main__":

@@ -47,6 +47,18 @@ def test_rocksdb_confs(make_settings, changelog):
     assert f"{STATE}.rocksdb.writeBufferSizeMB" not in confs  # null keeps Spark's default
 
 
+@pytest.mark.parametrize(
+    ("provider", "spark_version", "join_format"),
+    [("rocksdb", "4.2.1", None), ("hdfs", "4.3.0", None), ("rocksdb", "4.3.0", "4"), ("rocksdb", "5.0.0", "4")],
+)
+def test_the_join_state_format_4_is_asked_for_where_spark_releases_it_for_the_store(
+    make_settings, provider, spark_version, join_format
+):
+    """Spark 4.2 runs format 4 behind a testing flag; 4.3 releases it, for RocksDB only (test_join_format.py runs it)."""
+    confs = spark_confs(make_settings(store(provider)), spark_version)
+    assert confs.get("spark.sql.streaming.join.stateFormatVersion") == join_format
+
+
 @pytest.mark.parametrize(("provider", "expected"), [("rocksdb", DATABRICKS_ROCKSDB), ("hdfs", OSS_HDFS)])
 def test_databricks_class_names(make_settings, provider, expected):
     confs = spark_confs(make_settings(store(provider) | {"spark": {"platform": "databricks"}}))

@@ -40,6 +40,12 @@ INTEGRITY_CONFS = {
     "row_checksums": f"{STATE_STORE}.rowChecksum.enabled",
     "auto_snapshot_repair": f"{STATE_STORE}.autoSnapshotRepair.enabled",
 }
+# A stream-stream join's state format, pinned by the checkpoint's offsets like the provider. Format 4 evicts by
+# the rows the watermark passes instead of scanning every row (RocksDB only); Spark 4.2 runs it behind a testing
+# flag, 4.3.0 releases it. The job asks for it on a new checkpoint; Spark keeps the one a checkpoint holds.
+JOIN_FORMAT_CONF = "spark.sql.streaming.join.stateFormatVersion"
+EVICTING_JOIN_FORMAT = "4"
+EVICTING_JOIN_FORMAT_FROM = (4, 3)
 # How many changelogs auto snapshot repair replays at most on an older snapshot (Spark 4.2's default).
 MAX_REPAIR_REPLAY_CONF = f"{STATE_STORE}.autoSnapshotRepair.maxChangeFileReplay"
 MAX_REPAIR_REPLAY_DEFAULT = 500
@@ -67,3 +73,16 @@ def provider_name(provider_class: str) -> str:
             if known == provider_class:
                 return name
     return provider_class
+
+
+def spark_release(spark_version: str) -> tuple[int, ...]:
+    """(major, minor) of a Spark version such as 4.3.0 or 4.3.0-preview1."""
+    return tuple(int(part) for part in spark_version.split(".")[:2] if part.isdigit())
+
+
+def join_format_for(provider: str, spark_version: str) -> str | None:
+    """The join state format the job asks for on a new checkpoint: the evicting one where this Spark releases it
+    for this provider, else None (Spark's default)."""
+    if provider == "rocksdb" and spark_release(spark_version) >= EVICTING_JOIN_FORMAT_FROM:
+        return EVICTING_JOIN_FORMAT
+    return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from .confs import spark_release
 from .durations import DurationError, named_duration
 
 # `query.trigger: real_time` or `real_time <duration>`: the duration of each long-running batch.
@@ -154,8 +155,7 @@ def python_udf_problem(ran_python: Sequence[str]) -> str | None:
 
 
 def version_problem(spark_version: str) -> str | None:
-    parts = tuple(int(part) for part in spark_version.split(".")[:2] if part.isdigit())
-    if parts >= SINCE_SPARK:
+    if spark_release(spark_version) >= SINCE_SPARK:
         return None
     return (
         f"query.trigger is real_time but this is Spark {spark_version}: a stateful query runs in real time from"

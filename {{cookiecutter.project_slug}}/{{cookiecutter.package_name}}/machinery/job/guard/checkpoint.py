@@ -16,6 +16,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyspark
+
 from ...core.checkpoint.file_access import LocalFiles, LocationPath, local_resolved
 from ...core.checkpoint.files import (
     LANDING_FLAGS,
@@ -30,7 +32,18 @@ from ...core.checkpoint.files import (
     reader_root,
 )
 from ...core.checkpoint.object_store import StoreFiles, store_of
-from ...core.confs import ENCODING_CONF, MANAGED_CONFS, PARTITIONS_CONF, PROVIDER_CONF, STATE_STORE, provider_name
+from ...core.confs import (
+    ENCODING_CONF,
+    EVICTING_JOIN_FORMAT,
+    EVICTING_JOIN_FORMAT_FROM,
+    JOIN_FORMAT_CONF,
+    MANAGED_CONFS,
+    PARTITIONS_CONF,
+    PROVIDER_CONF,
+    STATE_STORE,
+    provider_name,
+    spark_release,
+)
 from ...core.contract import PACKAGE
 from ...core.operators import OPERATORS
 from ...core.real_time import STATE_NAMES
@@ -128,6 +141,7 @@ def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool
     pinned = {key: value for key, value in held.pinned.items() if not (held.stateless and _of_state(key))}
     report.drifts += conf_drifts(settings, pinned)
     report.drifts += [] if held.stateless else format_version_drifts(settings, held)
+    report.refusals += join_format_refusals(held)
     report.drifts += source_drifts(settings, held.last_batch, held.offsets)
     mode_drifts, mode_notes = output_mode_drifts(settings, held, files, output_seen)
     report.drifts += mode_drifts
@@ -164,6 +178,8 @@ def conf_drifts(settings: Settings, pinned: dict[str, str]) -> list[Drift]:
     for key, recorded in pinned.items():
         if key not in wanted or wanted[key] == recorded:
             continue
+        if key == JOIN_FORMAT_CONF and key not in settings.spark.conf:
+            continue  # the job's choice for a new checkpoint; Spark keeps the one this checkpoint holds
         in_settings, held, convert = wanted[key], recorded, ""
         if key == PROVIDER_CONF:
             in_settings = settings.state_store.provider
@@ -202,6 +218,21 @@ def format_version_drifts(settings: Settings, checkpoint: CheckpointRead) -> lis
                 else ""
             ),
         )
+    ]
+
+
+def join_format_refusals(held: CheckpointRead, spark_version: str = pyspark.__version__) -> list[str]:
+    """A join's state in the evicting format, on a Spark that runs it behind a testing flag only."""
+    joins = [info for info in held.operators if info.get("operatorName") == OPERATORS["stream_stream_join"].spark_name]
+    if not joins or held.pinned.get(JOIN_FORMAT_CONF) != EVICTING_JOIN_FORMAT:
+        return []
+    if spark_release(spark_version) >= EVICTING_JOIN_FORMAT_FROM:
+        return []
+    since = ".".join(map(str, EVICTING_JOIN_FORMAT_FROM))
+    return [
+        f"the checkpoint's join state is in format {EVICTING_JOIN_FORMAT} ({JOIN_FORMAT_CONF}, pinned in its offsets),"
+        f" which Spark releases from {since} on and this Spark {spark_version} does not read: start it on"
+        f" pyspark {since} or later (pin it in pyproject.toml), or {START_OVER}"
     ]
 
 

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import py4j as py4j_package
+import pyspark
 from pyspark.sql import SparkSession
 
 from ...core import real_time
@@ -18,6 +19,7 @@ from ...core.confs import (
     CHANGELOG_CONF,
     ENCODING_CONF,
     INTEGRITY_CONFS,
+    JOIN_FORMAT_CONF,
     MANAGED_CONFS,
     MIN_BATCH_CONF,
     PARTITIONS_CONF,
@@ -25,6 +27,7 @@ from ...core.confs import (
     PROVIDER_CONF,
     ROCKSDB_CONFS,
     STATE_STORE,
+    join_format_for,
 )
 from ...core.settings import Settings, SettingsError, connect_url, unset_secrets
 from .connector_jars import RESOLUTION_CONFS, resolved_jars
@@ -44,7 +47,7 @@ from .project_files import project_file
 from .remote import ServerGone, connect_session, is_connect, server_gone, set_confs, set_log_level
 
 
-def spark_confs(settings: Settings) -> dict[str, str]:
+def spark_confs(settings: Settings, spark_version: str = pyspark.__version__) -> dict[str, str]:
     """The SQL confs the job sets. All are runtime SQL confs, read when a query starts."""
     store = settings.state_store
     confs = {
@@ -59,6 +62,9 @@ def spark_confs(settings: Settings) -> dict[str, str]:
     if settings.query.real_time:  # Spark refuses a batch shorter than its minimum: the setting's is the one
         confs[MIN_BATCH_CONF] = f"{real_time.batch_ms(settings.query.trigger)}ms"
     confs.update({conf: _text(getattr(store.integrity, field)) for field, conf in INTEGRITY_CONFS.items()})
+    join_format = join_format_for(store.provider, spark_version)
+    if join_format is not None:  # for a new checkpoint: Spark keeps the format an existing one holds
+        confs[JOIN_FORMAT_CONF] = join_format
     if store.provider == "rocksdb":
         confs[CHANGELOG_CONF] = _text(store.changelog_checkpointing)
         for field, suffix in ROCKSDB_CONFS.items():

@@ -28,6 +28,18 @@ from ..core.sizing.memory import parse_memory
 from ..core.sizing.partitions import PartitionAdvice
 from ..core.sizing.report import report
 from ..core.sizing.requests import RequestBill, bill_lines, request_bill
+from ..core.sizing.restart import (
+    MAINTENANCE_CONF,
+    MAINTENANCE_DEFAULT,
+    MIN_DELTAS_CONF,
+    MIN_DELTAS_DEFAULT,
+    Restart,
+    replayed_versions,
+    restart,
+    restart_lines,
+    spark_time_seconds,
+)
+from ..core.sizing.shape import DEFAULT_TRIGGER
 from ..job.plan.query_plan import checked_plan
 from .arguments import EXIT_BAD_INPUT, EXIT_QUERY_FAILED, add_settings_argument, positive_float, positive_int
 
@@ -180,12 +192,17 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print(f"estimate error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     cores = core_advice(settings, sizing)
+    max_cores = args.max_cores or (settings.capacity.max_cores if settings else None)
+    try:
+        restart_time = restart_estimate(settings, sizing, max_cores or cores.cores_with_growth)
+    except ValueError as error:
+        print(f"estimate error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.check:
         assert settings is not None  # loaded above
         return sizing_check(settings, sizing, cores)
     cluster = None if cluster_inputs is None else cluster_inputs.sized(sizing)
     advice = partition_advice(settings, sizing, args.max_cores, cores)
-    max_cores = args.max_cores or (settings.capacity.max_cores if settings else None)
     if args.json:
         result = sizing.to_dict()
         result["cores_needed"] = cores.cores_needed
@@ -198,6 +215,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         result["partitions"] = asdict(advice) | {
             "against": partitions.against(advice, sizing.shuffle_partitions, sizing)
         }
+        result["restart"] = asdict(restart_time) | {"seconds": restart_time.seconds}
         if calibration is not None:
             result["calibration"] = calibration.to_dict()
         if cluster is not None:
@@ -213,11 +231,52 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     else:
         print(report(sizing, partition_lines=partitions.describe(advice, sizing.shuffle_partitions, sizing)))
         print(cores_report(cores, max_cores))
+        print(restart_report(settings, restart_time))
         print(cluster_report(cluster) if cluster else CLUSTER_HINT)
         requests = requests_report(settings, sizing)
         if requests:
             print(requests)
     return 0
+
+
+def restart_inputs(settings: Settings | None) -> tuple[str, int, str]:
+    """The trigger, and the two spark.conf values that bound a start's replay (Spark's defaults where unset)."""
+    if settings is None:
+        return DEFAULT_TRIGGER, MIN_DELTAS_DEFAULT, MAINTENANCE_DEFAULT
+    conf = settings.spark.conf
+    min_deltas = (
+        positive_conf(MIN_DELTAS_CONF, conf[MIN_DELTAS_CONF]) if MIN_DELTAS_CONF in conf else MIN_DELTAS_DEFAULT
+    )
+    return settings.query.trigger, min_deltas, str(conf.get(MAINTENANCE_CONF, MAINTENANCE_DEFAULT))
+
+
+def restart_estimate(settings: Settings | None, sizing: Estimate, cores: int) -> Restart:
+    """A start's time for the sized state (growth included) on the settings' store, else the recommended one
+    (with changelog checkpointing, the template's default); a ValueError names a bad spark.conf value."""
+    provider = provider_of(settings, sizing)
+    changelog = settings.state_store.changelog_checkpointing if settings else True
+    trigger, min_deltas, maintenance = restart_inputs(settings)
+    batch_s = 0.0 if trigger == AVAILABLE_NOW else capacity.steady_batch_seconds(trigger)
+    versions = replayed_versions(
+        provider, changelog, batch_s, min_deltas, spark_time_seconds(MAINTENANCE_CONF, maintenance)
+    )
+    growth = sizing.growth_factor
+    return restart(
+        provider,
+        changelog,
+        round(sizing.rows * growth),
+        round(sizing.rows_changed_per_batch * growth),
+        versions,
+        sizing.shuffle_partitions,
+        cores,
+        sizing.store_instances,
+    )
+
+
+def restart_report(settings: Settings | None, restart_time: Restart) -> str:
+    trigger, min_deltas, maintenance = restart_inputs(settings)
+    lines = restart_lines(restart_time, trigger, min_deltas, maintenance, trigger == AVAILABLE_NOW)
+    return "\n".join(["Restart: from a start to its first committed batch", *(f"  {line}" for line in lines)])
 
 
 def object_store_bill(settings: Settings | None, sizing: Estimate) -> RequestBill | None:

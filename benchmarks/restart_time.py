@@ -177,7 +177,8 @@ def progress_of(events: Path, batch: int) -> dict[str, object]:
 
 def estimated(project: Path, store: str, point: dict, partitions: int) -> float:
     """The bake's own estimate of this start: its snapshot's rows loaded, the changes after it replayed."""
-    sys.path.insert(0, str(project))
+    if str(project) not in sys.path:  # once a bake: every bake's machinery is the same
+        sys.path.insert(0, str(project))
     from stream_job.machinery.core.sizing import restart as model
 
     replayed = int(point["rows_replayed"])

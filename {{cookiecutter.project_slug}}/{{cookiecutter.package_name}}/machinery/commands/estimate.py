@@ -194,7 +194,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     cores = core_advice(settings, sizing)
     max_cores = args.max_cores or (settings.capacity.max_cores if settings else None)
     try:
-        restart_time = restart_estimate(settings, sizing, max_cores or cores.cores_with_growth)
+        replay_bound = restart_inputs(settings)
+        restart_time = restart_estimate(settings, sizing, max_cores or cores.cores_with_growth, replay_bound)
     except ValueError as error:
         print(f"estimate error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -231,7 +232,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     else:
         print(report(sizing, partition_lines=partitions.describe(advice, sizing.shuffle_partitions, sizing)))
         print(cores_report(cores, max_cores))
-        print(restart_report(settings, restart_time))
+        print(restart_report(restart_time, replay_bound))
         print(cluster_report(cluster) if cluster else CLUSTER_HINT)
         requests = requests_report(settings, sizing)
         if requests:
@@ -250,12 +251,15 @@ def restart_inputs(settings: Settings | None) -> tuple[str, int, str]:
     return settings.query.trigger, min_deltas, str(conf.get(MAINTENANCE_CONF, MAINTENANCE_DEFAULT))
 
 
-def restart_estimate(settings: Settings | None, sizing: Estimate, cores: int) -> Restart:
+def restart_estimate(
+    settings: Settings | None, sizing: Estimate, cores: int, replay_bound: tuple[str, int, str]
+) -> Restart:
     """A start's time for the sized state (growth included) on the settings' store, else the recommended one
-    (with changelog checkpointing, the template's default); a ValueError names a bad spark.conf value."""
+    (with changelog checkpointing, the template's default), its replay bounded by restart_inputs; a ValueError
+    names a bad spark.conf value."""
     provider = provider_of(settings, sizing)
     changelog = settings.state_store.changelog_checkpointing if settings else True
-    trigger, min_deltas, maintenance = restart_inputs(settings)
+    trigger, min_deltas, maintenance = replay_bound
     batch_s = 0.0 if trigger == AVAILABLE_NOW else capacity.steady_batch_seconds(trigger)
     versions = replayed_versions(
         provider, changelog, batch_s, min_deltas, spark_time_seconds(MAINTENANCE_CONF, maintenance)
@@ -273,8 +277,8 @@ def restart_estimate(settings: Settings | None, sizing: Estimate, cores: int) ->
     )
 
 
-def restart_report(settings: Settings | None, restart_time: Restart) -> str:
-    trigger, min_deltas, maintenance = restart_inputs(settings)
+def restart_report(restart_time: Restart, replay_bound: tuple[str, int, str]) -> str:
+    trigger, min_deltas, maintenance = replay_bound
     lines = restart_lines(restart_time, trigger, min_deltas, maintenance, trigger == AVAILABLE_NOW)
     return "\n".join(["Restart: from a start to its first committed batch", *(f"  {line}" for line in lines)])
 

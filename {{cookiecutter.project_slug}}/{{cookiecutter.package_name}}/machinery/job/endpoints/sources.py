@@ -146,7 +146,7 @@ def events_from_json(raw: DataFrame, column: str, schema: StructType, keep: Sequ
     event = F.from_json(F.col(column).cast("string"), with_unparsed(schema), PARSE_OPTIONS)
     # Exploded from a one-element array so that each record is parsed once. Spark's optimizer pushes a filter
     # (without_bad_records' on_bad_record fail) below a plain select and copies from_json into each of its
-    # reads, 16 of them: 0.59 of a bare parse's rows/s against 0.73 now, in a plan 2.5 times as long that
+    # reads, 16 of them: 0.62 of a bare parse's rows/s against 0.92 now, in a plan 2.6 times as long that
     # each real-time batch plans anew (benchmarks/results/kafka_parse.md). It does not push one below a Generate.
     parsed = raw.select(F.explode(F.array(event)).alias("event"), *keep)
     return parsed.select("event.*", *parsed.columns[1:])

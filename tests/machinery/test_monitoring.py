@@ -141,6 +141,8 @@ def test_metrics_enabled_puts_the_query_on_the_prometheus_endpoint(tmp_path):
     names = {line.split("{")[0].split(" ")[0] for line in streaming}
     assert any(name.endswith("spark_streaming_watched_states_rowsTotal_Value") for name in names), names
     assert any(name.endswith("spark_streaming_watched_inputRate_total_Value") for name in names), names
+    # The watermark's gauge, which docs/operations.md ("A quiet input") gives for a quiet-input alert.
+    assert any(name.endswith("spark_streaming_watched_eventTime_watermark_Value") for name in names), names
 
 
 def watch_prometheus(tmp_path: Path, port: int) -> tuple[subprocess.Popen, list[str], str]:

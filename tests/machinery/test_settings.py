@@ -175,6 +175,10 @@ BAD_VALUES = [
         "monitoring.hdfs_memory_warning_share = 1.5: Input should be less than or equal to 1",
     ),
     (
+        {"monitoring": {"quiet_after": "15m"}},
+        "monitoring.quiet_after = '15m': '15m' has the unit 'm', which Spark does not read; write minutes",
+    ),
+    (
         {"spark": {"conf": {"spark.sql.streaming.metricsEnabled": "true"}}},
         "spark.sql.streaming.metricsEnabled is managed by the setting monitoring.metrics_enabled",
     ),

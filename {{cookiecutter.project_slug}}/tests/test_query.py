@@ -13,6 +13,9 @@ from __future__ import annotations
 from datetime import datetime{{ ', timedelta' if op == 'custom_state' else '' }}
 from typing import Any
 
+{% if op == "custom_state" -%}
+import pandas as pd
+{% endif -%}
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 {% if counts -%}
@@ -23,7 +26,7 @@ from pyspark.testing import assertDataFrameEqual
 from {{ cookiecutter.package_name }}.machinery.testing import StreamTest{{ '' if op == 'custom_state' else ', run_batch' }}
 {%- if op == "custom_state" %}
 from {{ cookiecutter.package_name }}.query import EVENT_COLUMNS, EVENT_SCHEMA, events_from_rate
-from {{ cookiecutter.package_name }}.sessions import OUTPUT_SCHEMA, Session, advance
+from {{ cookiecutter.package_name }}.sessions import OUTPUT_SCHEMA, Session, SessionProcessor, advance
 {%- elif op != "deduplicated_count" %}
 from {{ cookiecutter.package_name }}.query import EVENT_COLUMNS, EVENT_SCHEMA, events_from_rate
 {%- endif %}
@@ -99,6 +102,57 @@ def test_advance_opens_updates_and_closes_sessions():
     closed, still_open = advance(still_open, [(ts(8), "e5"), (ts(12), "e6")], timeout=5 * minute, recent=2)
     assert closed == []
     assert still_open == Session(ts(8), ts(12), 3, ("e5", "e6"))
+
+
+def epoch_ms(moment: datetime) -> int:
+    return int(pd.Timestamp(moment).tz_localize("UTC").timestamp() * 1000)
+
+
+def session_tester(timeout: timedelta) -> Any:
+    """The processor alone, driven by Spark's TwsTester (pyspark 4.2+): its state and timers read back
+    directly, no query. TwsTester runs no TTLs; it drops the events at or behind the watermark, as Spark does."""
+    tws_tester = pytest.importorskip("pyspark.sql.streaming.tws_tester", reason="TwsTester needs pyspark 4.2 or newer")
+    return tws_tester.TwsTester(
+        SessionProcessor(timeout, recent=2),
+        timeMode="EventTime",
+        eventTimeExtractor=lambda row: epoch_ms(row["event_time"]),
+    )
+
+
+def visits(*events: tuple[str, datetime]) -> pd.DataFrame:
+    return pd.DataFrame({"event_id": [e for e, _ in events], "event_time": [t for _, t in events]})
+
+
+def test_the_processor_keeps_a_session_in_state_and_its_timer_emits_and_evicts_it():
+    tester = session_tester(timedelta(minutes=5))
+    assert tester.testInPandas("a", visits(("e1", ts(0)), ("e2", ts(1)))).empty  # open: nothing out yet
+    assert tester.peekValueState("session", "a") == (ts(0), ts(1), 2, ["e1", "e2"])
+    assert list(tester.handle.listTimers()) == [epoch_ms(ts(6))]  # last event plus the timeout
+
+    # An event within the timeout moves the timer; the watermark short of it fires nothing.
+    tester.testInPandas("a", visits(("e3", ts(4))))
+    assert list(tester.handle.listTimers()) == [epoch_ms(ts(9))]
+    assert tester.setWatermark(epoch_ms(ts(8, 59))).empty
+
+    emitted = tester.setWatermark(epoch_ms(ts(9)))
+    assert emitted.to_dict("records") == [
+        {"key": "a", "session_start": ts(0), "session_end": ts(4), "visits": 3, "recent_event_ids": ["e2", "e3"]}
+    ]
+    assert tester.peekValueState("session", "a") is None  # evicted: state holds open sessions only
+
+
+def test_the_processor_closes_a_session_on_a_later_event_and_ignores_late_ones():
+    tester = session_tester(timedelta(minutes=5))
+    tester.testInPandas("a", visits(("e1", ts(0))))
+    tester.setWatermark(epoch_ms(ts(2)))
+    # e0 is behind the watermark: dropped, the session untouched. e2 comes more than the timeout after
+    # e1: the first session is emitted at once and e2 opens the next.
+    closed = tester.testInPandas("a", visits(("e0", ts(1)), ("e2", ts(7))))
+    assert closed[["key", "visits", "recent_event_ids"]].to_dict("records") == [
+        {"key": "a", "visits": 1, "recent_event_ids": ["e1"]}
+    ]
+    assert tester.peekValueState("session", "a") == (ts(7), ts(7), 1, ["e2"])
+    assert list(tester.handle.listTimers()) == [epoch_ms(ts(12))]
 {%- endif %}
 
 {%- if op != "custom_state" %}

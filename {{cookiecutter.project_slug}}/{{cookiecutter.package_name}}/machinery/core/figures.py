@@ -1,6 +1,8 @@
-"""Numbers as the reports print them, and the positive-number check the sizing inputs share."""
+"""Numbers, lengths of time and instants as the reports print them, and the positive-number check the sizing inputs share."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 
 def num(value: float) -> str:
@@ -21,6 +23,19 @@ def human_bytes(value: float) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def human_span(seconds: float) -> str:
+    """'45 s', '12.5 minutes', '3.0 hours', '2.1 days': a length of time as a report gives it."""
+    for unit, length in (("days", 86400), ("hours", 3600)):
+        if seconds >= 2 * length:
+            return f"{seconds / length:,.1f} {unit}"
+    return f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.1f} minutes"
+
+
+def epoch_ms_text(ms: int) -> str:
+    """Epoch milliseconds as Spark's progress writes an instant: '2026-11-29T15:00:00.000Z'."""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def require_positive(name: str, value: float) -> None:

@@ -8,6 +8,7 @@ reads: the checkpoint is byte for byte the same afterwards.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,14 +18,16 @@ from ..core.checkpoint.files import (
     RESTORE_OR_RESTART,
     CheckpointUnreadable,
     Files,
+    WatermarkStand,
     batch_metadata,
     highest_numbered,
     latest_offsets,
     operator_schemas,
     reader_root,
+    watermark_stand,
 )
 from ..core.confs import PARTITIONS_CONF, PROVIDER_CONF, provider_name
-from ..core.figures import human_bytes, num
+from ..core.figures import epoch_ms_text, human_bytes, human_span, num
 from ..core.operators import held_operator
 from ..core.sizing.estimate import Estimate
 from ..job.spark.spark_errors import spark_errors
@@ -96,6 +99,8 @@ class Inspection:
     batch_id: int
     operators: list[OperatorState]
     estimate: Estimate | None = None
+    watermark: WatermarkStand | None = None  # where the newest batch's watermark stands, where the files are read
+    read_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     @property
     def state_rows(self) -> int:
@@ -146,6 +151,7 @@ class Inspection:
             "provider": self.provider,
             "batch_id": self.batch_id,
             "state_rows": self.state_rows,
+            "watermark": None if self.watermark is None else {**asdict(self.watermark), "read_at_ms": self.read_at_ms},
             "operators": operators,
             "estimate": estimate,
         }
@@ -187,7 +193,10 @@ def inspect_checkpoint(
             operator.disk_bytes_per_partition = _disk_bytes(
                 local / "state" / str(operator.operator_id), operator.partitions
             )
-    return Inspection(location, provider, batch, sorted(operators.values(), key=lambda o: o.operator_id))
+    stand = None if local is None else watermark_stand(local, files)
+    return Inspection(
+        location, provider, batch, sorted(operators.values(), key=lambda o: o.operator_id), watermark=stand
+    )
 
 
 def counted_state_rows(location: str) -> int:
@@ -293,6 +302,7 @@ def render(inspection: Inspection) -> str:
     lines = [
         f"checkpoint {inspection.checkpoint}",
         f"  provider {inspection.provider}, state as of batch {inspection.batch_id}",
+        *_watermark_lines(inspection.watermark, inspection.read_at_ms),
     ]
     for operator in inspection.operators:
         retained = operator.max_batch_id - operator.min_batch_id + 1
@@ -318,6 +328,26 @@ def render(inspection: Inspection) -> str:
             )
     lines += ["", *_comparison(inspection)]
     return "\n".join(lines)
+
+
+def _watermark_lines(stand: WatermarkStand | None, read_at_ms: int) -> list[str]:
+    """Where the watermark stands and since when: an input gone quiet holds the results after it."""
+    if stand is None:
+        return []
+    at = epoch_ms_text(stand.watermark_ms)
+    ago = human_span(max(read_at_ms - stand.newest_ms, 0) / 1000)
+    if stand.since_batch == stand.newest_batch:
+        since = f"set by the newest batch, {stand.newest_batch}, which started {ago} ago"
+    else:
+        stood = human_span((stand.newest_ms - stand.since_ms) / 1000)
+        since = (
+            f"{'at least ' if stand.since_oldest_kept else ''}since batch {stand.since_batch}: it stood {stood}"
+            f" until the newest batch, {stand.newest_batch}, which started {ago} ago"
+        )
+    return [
+        f"  watermark {at}, {since}; results for windows ending after it wait for events on every input"
+        " (docs/operations.md, A quiet input)"
+    ]
 
 
 def _comparison(inspection: Inspection) -> list[str]:

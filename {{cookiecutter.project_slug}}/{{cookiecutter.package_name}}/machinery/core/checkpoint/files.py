@@ -141,6 +141,45 @@ def batch_metadata(checkpoint: Path, batch: int, files: Files = LOCAL) -> dict |
     return _offsets_metadata(path, files) if files.exists(path) else None
 
 
+@dataclass(frozen=True)
+class WatermarkStand:
+    """Where the watermark of a checkpoint's newest batch stands, and since which batch its offsets log keeps."""
+
+    watermark_ms: int
+    since_batch: int  # the first batch that ran with it, of those the log keeps
+    since_ms: int  # that batch's start (Spark's batchTimestampMs)
+    newest_batch: int
+    newest_ms: int
+    since_oldest_kept: bool  # the oldest offsets file kept has it already: it may have stood longer
+
+
+def watermark_stand(checkpoint: Path, files: Files = LOCAL) -> WatermarkStand | None:
+    """The newest batch's watermark and since when it stands, from the offsets log; None before a watermark
+    (a query without one, or no event yet). Reads back from the newest offsets file while it is the same."""
+    batches = _numbered(checkpoint / "offsets", files)
+    if not batches:
+        return None
+    newest = _offsets_metadata(batches[-1], files)
+    watermark = newest.get("batchWatermarkMs")
+    if not isinstance(watermark, int) or watermark <= 0:
+        return None
+    since, since_metadata, oldest = batches[-1], newest, True
+    for path in reversed(batches[:-1]):
+        metadata = _offsets_metadata(path, files)
+        if metadata.get("batchWatermarkMs") != watermark:
+            oldest = False
+            break
+        since, since_metadata = path, metadata
+    return WatermarkStand(
+        watermark,
+        int(since.name),
+        int(since_metadata.get("batchTimestampMs", 0)),
+        int(batches[-1].name),
+        int(newest.get("batchTimestampMs", 0)),
+        oldest and int(batches[0].name) > 0,
+    )
+
+
 def source_offsets(checkpoint: Path, batch: int, files: Files = LOCAL) -> list[str]:
     """The offset lines of one batch's offsets file, one per source (after the version and metadata lines)."""
     return read_text(files, checkpoint / "offsets" / str(batch)).splitlines()[2:]

@@ -7,7 +7,8 @@ from typing import Literal, TextIO
 
 from pydantic import Field
 
-from .section import MAX_FACTOR, Section
+from ..durations import parse_duration
+from .section import MAX_FACTOR, Duration, Section
 
 
 class MonitoringSettings(Section):
@@ -19,6 +20,13 @@ class MonitoringSettings(Section):
     state_warning_factor: float = Field(2.0, gt=1, le=MAX_FACTOR, description="a number greater than 1")
     # Warn loudly when HDFS-backed state per partition passes this share of the 1 GiB RocksDB threshold.
     hdfs_memory_warning_share: float = Field(0.8, gt=0, le=1, description="a share greater than 0 and at most 1")
+    # Say when the watermark has stood still this long while the job ran (an input gone quiet holds results
+    # back); null: never (job/run/quiet.py).
+    quiet_after: Duration | None = Field("15 minutes", description="a Spark interval such as '15 minutes', or null")
+
+    @property
+    def quiet_after_seconds(self) -> float | None:
+        return None if self.quiet_after is None else parse_duration(self.quiet_after)
 
     def remarks_to(self, progress_to: TextIO) -> TextIO:
         """Where the job's own remarks go: beside the progress lines, or to stderr when the progress

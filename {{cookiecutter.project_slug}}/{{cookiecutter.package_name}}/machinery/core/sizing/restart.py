@@ -30,7 +30,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..figures import num
+from ..figures import human_span, num
 
 # The two confs that bound the changes a start replays (spark.conf may set either), and Spark's defaults.
 MIN_DELTAS_CONF = "spark.sql.streaming.stateStore.minDeltasForSnapshot"
@@ -167,7 +167,7 @@ def restart_lines(r: Restart, trigger: str, min_deltas: int, maintenance: str, a
     else:
         lines.append("replay         = none: each commit uploads the state whole, and a start loads the last one")
     lines.append(
-        f"restart        = about {_duration(r.seconds)} from a start to its first committed batch on {r.store}"
+        f"restart        = about {human_span(r.seconds)} from a start to its first committed batch on {r.store}"
     )
     if r.versions_replayed and available_now:
         lines.append(
@@ -182,7 +182,3 @@ def restart_lines(r: Restart, trigger: str, min_deltas: int, maintenance: str, a
         )
     lines.append(f"({MEASURED_BY}; a wider row than the windowed count's 33 B loads more slowly)")
     return lines
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.1f} minutes"

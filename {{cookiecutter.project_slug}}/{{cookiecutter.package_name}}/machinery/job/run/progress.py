@@ -11,6 +11,8 @@ RocksDB needs a new checkpoint.
 A third, loud, whenever late rows jump: a batch drops rows behind the watermark after one that
 dropped none, or drops more than LATE_SHARE of its input rows after one that did not. Those rows are
 lost for the output; Spark's progress counts them, and nothing else says so.
+
+And the quiet watch's notices (quiet.py): the watermark stands still while an input brings nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ...core.sizing.limits import ROCKSDB_THRESHOLD_BYTES
 from ...core.text import first_line
 from ..endpoints.sources import BAD_RECORDS_OBSERVATION, EVENT_TIME_AHEAD, MALFORMED, WITHOUT_EVENT_TIME
 from ..spark.heap import HeapProbe
+from .quiet import QuietNotice, QuietWatch
 
 
 def format_progress(progress: dict[str, Any], rows_counted: bool = True) -> str:
@@ -248,11 +251,13 @@ class ProgressPrinter(StreamingQueryListener):
         json_lines: bool = False,
         watchdog: StateWatchdog | None = None,
         rows_counted: bool = True,
+        quiet: QuietWatch | None = None,
     ):
         self._out = sys.stdout if out is None else out  # the standard output of now, not of import time
         self._json = json_lines  # JSON passes Spark's figures on as they are (0 rows where not counted)
         self._rows_counted = rows_counted
         self._watchdog = watchdog
+        self._quiet = quiet
         self._lock = threading.Lock()
         self._told = threading.Condition(self._lock)
         self._batches: dict[str, set[int]] = {}
@@ -324,9 +329,21 @@ class ProgressPrinter(StreamingQueryListener):
                 self._emit("", {"event": "state_warning", "kind": warning.kind, "message": warning.message})
             else:
                 print(warning.message, file=sys.stderr, flush=True)
+        if self._quiet is not None:
+            self._tell_quiet(self._quiet.progress(progress))
 
     def onQueryIdle(self, event) -> None:
-        pass
+        if self._quiet is not None:
+            self._tell_quiet(self._quiet.idle(event.timestamp))
+
+    def _tell_quiet(self, notice: QuietNotice | None) -> None:
+        if notice is None:
+            return
+        if self._json:
+            event = {"event": "quiet_input", "kind": notice.kind, "watermark": notice.watermark}
+            self._emit("", {**event, "quiet_inputs": list(notice.quiet_inputs), "message": notice.message})
+        else:
+            print(notice.message, file=sys.stderr, flush=True)
 
     def onQueryTerminated(self, event) -> None:
         name = self._names.get(str(event.id), str(event.id))

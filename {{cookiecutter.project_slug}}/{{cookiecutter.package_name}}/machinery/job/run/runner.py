@@ -28,6 +28,7 @@ from ..spark.spark_errors import spark_errors
 from .advice import out_of_memory_line
 from .progress import ProgressPrinter, StateWatchdog
 from .python_modules import require_operator_modules
+from .quiet import QuietWatch
 from .stopping import StopSignals, stop_on_batch_boundary, terminated
 
 
@@ -136,7 +137,9 @@ def run_start(
         probe,
     )
     json_lines = monitoring.progress_format == "json"
-    printer = ProgressPrinter(progress_to, json_lines, watchdog, settings.state_store.rows_tracked)
+    quiet_after = monitoring.quiet_after_seconds
+    quiet = None if quiet_after is None else QuietWatch(quiet_after, str(monitoring.quiet_after))
+    printer = ProgressPrinter(progress_to, json_lines, watchdog, settings.state_store.rows_tracked, quiet)
     spark.streams.addListener(printer)
     gone = False  # the Connect server stopped answering: nothing more to ask of it
     try:

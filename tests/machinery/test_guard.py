@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from stream_job.machinery.core.checkpoint.files import LOCAL
+from stream_job.machinery.core.checkpoint.files import LOCAL, watermark_stand
 from stream_job.machinery.core.settings import load_settings
 from stream_job.machinery.job.endpoints.sample_input import write_sample_files
 from stream_job.machinery.job.guard.checkpoint import changelog_notes, check_checkpoint
@@ -455,5 +455,9 @@ def test_the_guard_and_inspect_read_a_checkpoint_through_the_session_as_from_the
     local = inspect_checkpoint(spark, str(checkpoint), facts).to_dict()
     for operator in local["operators"]:
         del operator["disk_bytes"], operator["disk_bytes_per_partition"]
+    # Where the watermark stands, read through the session as from the disk. (Spark reads the checkpoint here
+    # by its path on this disk, which the session's reader does not name: inspect's own read of it is left out.)
+    assert watermark_stand(on_server / "checkpoint", through_session) == watermark_stand(checkpoint) is not None
+    del inspected["watermark"], local["watermark"]
     assert inspected == local
     assert digest(checkpoint) == before

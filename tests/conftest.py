@@ -137,11 +137,12 @@ def shared_session():
 
 
 def run_in(
-    project: Path, *args: str, timeout: float = 600, python: Path | None = None
+    project: Path, *args: str, timeout: float = 600, python: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run `python args...` inside a baked project, with this interpreter or `python`."""
+    """Run `python args...` inside a baked project, with this interpreter or `python`, in this environment plus env."""
     command = [str(python or sys.executable), *args]
-    return subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=timeout)
+    environment = {**os.environ, **(env or {})}
+    return subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=timeout, env=environment)
 
 
 @pytest.fixture

@@ -109,7 +109,9 @@ def test_machinery_proofs_pass_in_a_real_bake(out, answers, markers, request):
     # Each proof's duration, in JUnit XML under build/ beside the template's own (their 20 slowest in the log).
     name = f"machinery-{request.node.callspec.id.replace(':', '-')}"
     junit = TEMPLATE / "build" / "junit" / f"{name}.xml"
-    tests = run_in(project, *command, "--durations=20", f"--junitxml={junit}", timeout=1800, python=python)
+    # The next pyspark, for the proofs that move a checkpoint between releases (machinery_tests/test_upgrades.py).
+    upgrade = {"NEXT_SPARK_PYTHON": str(real_time_spark.PYTHON)}
+    tests = run_in(project, *command, "--durations=20", f"--junitxml={junit}", timeout=1800, python=python, env=upgrade)
     # The proofs' whole output (a JVM's own words when it died at its start among them, and their 20
     # slowest: where CI's time goes) and the bake's JVM-start and connector-resolution logs, under build/.
     logs = TEMPLATE / "build" / "logs" / name

@@ -217,6 +217,12 @@ def digest(folder: Path) -> dict[str, str]:
     }
 
 
+def state_key_records(checkpoint: Path) -> list[dict[str, Any]]:
+    """The state key records Spark wrote in the checkpoint's state_key folder, oldest first."""
+    lines = [line for path in (checkpoint / "state_key").glob("part-*") for line in path.read_text().splitlines()]
+    return sorted(map(json.loads, lines), key=lambda record: record["version"])
+
+
 def committed_batches(checkpoint: Path | str) -> list[int]:
     commits = Path(checkpoint) / "commits"
     return sorted(int(path.name) for path in commits.iterdir() if path.name.isdigit()) if commits.is_dir() else []

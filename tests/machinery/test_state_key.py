@@ -14,7 +14,18 @@ from stream_job.machinery.job.run.runner import build_result, run_query
 from stream_job.machinery.job.spark.session import apply_confs
 from stream_job.machinery.job.spark.session_files import SessionFiles
 
-from .conftest import BAKED_OPERATOR, digest, edited_query, files_job, run_main, write_settings_file
+from .conftest import (
+    BAKED_OPERATOR,
+    committed_batches,
+    digest,
+    edited_query,
+    files_job,
+    run_main,
+    write_settings_file,
+)
+from .conftest import (
+    state_key_records as records,
+)
 
 pytestmark = pytest.mark.streaming
 
@@ -40,12 +51,6 @@ def test_the_state_key_of_each_operator_is_read_from_the_plan(spark, tmp_path, o
     assert state_keys(build_result(spark, settings)) == [STATE_KEYS[operator]]
 
 
-def records(checkpoint: Path) -> list[dict]:
-    """The state key records Spark wrote in the checkpoint's state_key folder, oldest first."""
-    lines = [line for path in (checkpoint / "state_key").glob("part-*") for line in path.read_text().splitlines()]
-    return sorted(map(json.loads, lines), key=lambda record: record["version"])
-
-
 def finished_checkpoint(spark, folder: Path, operator: str) -> Path:
     """Settings of a real run of `operator` over two landing files, which recorded its state key."""
     path = write_settings_file(
@@ -60,6 +65,8 @@ def finished_checkpoint(spark, folder: Path, operator: str) -> Path:
         "windows": [STATE_WINDOWS.get(operator)],
         "key_form": "names",
         "output_mode": "append",
+        "spark_version": spark.version,  # the Spark of the start that wrote it, and its first batch
+        "from_batch": 0,
     }
     assert records(folder / "checkpoint") == [record]
     return path
@@ -116,6 +123,8 @@ def test_a_missing_record_is_made_again_and_said_and_a_damaged_one_is_named(spar
             "windows": [STATE_WINDOWS.get(BAKED_OPERATOR)],
             "key_form": "names",
             "output_mode": "append",
+            "spark_version": spark.version,
+            "from_batch": committed_batches(checkpoint)[-1] + 1,
         }
     ]
 
@@ -143,7 +152,7 @@ def test_the_record_reads_and_writes_through_the_session_and_an_older_templates_
         f"{checkpoint}/state_key.json",
         True,
     )
-    record.write(["deduplication by event_id"], [None], "update")
+    record.write(["deduplication by event_id"], [None], "update", "4.2.1")
     again = KeyRecord(spark, str(checkpoint), SessionFiles(spark, checkpoint, str(checkpoint)))
     assert (again.read(), again.location) == ((["deduplication by event_id"], [None]), f"{checkpoint}/state_key")
     assert again.output_mode() == "update" and record.output_mode() is None  # an older template's: none
@@ -154,6 +163,8 @@ def test_the_record_reads_and_writes_through_the_session_and_an_older_templates_
             "windows": [None],
             "key_form": "names",
             "output_mode": "update",
+            "spark_version": "4.2.1",
+            "from_batch": 1,  # after the one commit
         }
     ]
 
@@ -173,6 +184,8 @@ def test_a_query_without_commits_records_its_own_key(spark, tmp_path):
             "windows": [None],
             "key_form": "names",
             "output_mode": "append",
+            "spark_version": spark.version,
+            "from_batch": 0,
         }
     ]
 

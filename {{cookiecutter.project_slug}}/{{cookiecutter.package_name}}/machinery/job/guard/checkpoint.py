@@ -60,6 +60,7 @@ from .output_check import (
     output_place,
     with_output,
 )
+from .spark_moves import spark_move
 from .state_checks import snapshot_findings
 from .state_fit import KeyRecord
 
@@ -141,7 +142,14 @@ def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool
     pinned = {key: value for key, value in held.pinned.items() if not (held.stateless and _of_state(key))}
     report.drifts += conf_drifts(settings, pinned)
     report.drifts += [] if held.stateless else format_version_drifts(settings, held)
-    report.refusals += join_format_refusals(held)
+    join_refusals = join_format_refusals(held)
+    report.refusals += join_refusals
+    if not held.stateless and not join_refusals:  # a join's format 4 on an older Spark is said more exactly there
+        written = KeyRecord(None, location, files).spark_version()
+        operators = [info["operatorName"] for info in held.operators]
+        move_notes, move_refusals = spark_move(written, pyspark.__version__, operators)
+        report.notes += move_notes
+        report.refusals += move_refusals
     report.drifts += source_drifts(settings, held.last_batch, held.offsets)
     mode_drifts, mode_notes = output_mode_drifts(settings, held, files, output_seen)
     report.drifts += mode_drifts

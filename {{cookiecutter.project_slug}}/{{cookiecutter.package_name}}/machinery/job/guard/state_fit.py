@@ -147,7 +147,9 @@ class KeyRecord:
     folder). A checkpoint of an older template
     holds `state_key.json` instead (written through Hadoop's file system API), read where there is no
     `state_key/` yet. A record also names the output mode the results were written in (none in a record of a
-    template before that). Read without a session (`spark` None) where `files` are given."""
+    template before that), and the Spark release that ran the start that wrote it (none before that): a start on
+    another release writes a record again (spark_moves.py reads it). Read without a session (`spark` None) where
+    `files` are given."""
 
     def __init__(self, spark: SparkSession | None, checkpoint: str, files: Files | None = None) -> None:
         self._spark = spark
@@ -167,6 +169,11 @@ class KeyRecord:
         newest = self._newest()
         return None if newest is None else newest[2]
 
+    def spark_version(self) -> str | None:
+        """The Spark version that ran the start of the newest record, None without one."""
+        newest = self._newest()
+        return None if newest is None else newest[3]
+
     def _newest(self) -> _Record | None:
         if self._versions:
             return max(self._versions, key=lambda found: found[0])[1:]
@@ -176,10 +183,13 @@ class KeyRecord:
     def has_commits(self) -> bool:
         return any(path.name.isdigit() for path in self._files.list(self._root / "commits"))
 
-    def write(self, keys: list[str], windows: list[str | None], output_mode: str) -> None:
+    def write(self, keys: list[str], windows: list[str | None], output_mode: str, spark_version: str) -> None:
         version = max(found[0] for found in self._versions) + 1 if self._versions else 1
         fields = {"version": version, "state_keys": keys, "windows": windows, "key_form": KEY_FORM}
-        line = json.dumps({**fields, "output_mode": output_mode})
+        # The first batch the start runs: the state of it and of later ones is this Spark's.
+        done = [int(path.name) for path in self._files.list(self._root / "commits") if path.name.isdigit()]
+        started = {"spark_version": spark_version, "from_batch": max(done, default=-1) + 1}
+        line = json.dumps({**fields, "output_mode": output_mode, **started})
         if self._files is LOCAL:
             # This machine's disk: a file of the form Spark writes, without a Spark job (0.1 s, 1.7 s in a fresh
             # JVM), under a hidden name until whole.
@@ -194,8 +204,8 @@ class KeyRecord:
         record = _session(self._spark).range(1).select(F.lit(line).alias("value"))
         record.coalesce(1).write.mode("append").text(self.folder)
 
-    def _read_versions(self) -> list[tuple[int, list[str], list[str | None] | None, str | None]]:
-        """(version, keys, windows, output mode) of each record Spark wrote in `state_key/`."""
+    def _read_versions(self) -> list[tuple[int, list[str], list[str | None] | None, str | None, str | None]]:
+        """(version, keys, windows, output mode, Spark version) of each record Spark wrote in `state_key/`."""
         found = []
         for path in self._files.list(self._root / RECORD_FOLDER):
             text = self._files.read(path) if path.name.startswith("part-") else None
@@ -207,8 +217,9 @@ class KeyRecord:
         return found
 
 
-# A record's key of each operator, window of each (older records: None) and output mode (older: None).
-_Record = tuple[list[str], list[str | None] | None, str | None]
+# A record's key of each operator, window of each (older records: None), output mode and Spark version (older
+# records: None).
+_Record = tuple[list[str], list[str | None] | None, str | None, str | None]
 
 
 def _session(spark: SparkSession | None) -> SparkSession:
@@ -225,20 +236,21 @@ def _version(line: str) -> int | None:
 
 
 def _key_record(text: bytes, location: str) -> _Record:
-    """(keys, windows, output mode) of one record's JSON; CheckpointUnreadable naming `location` for a
-    damaged one."""
+    """(keys, windows, output mode, Spark version) of one record's JSON; CheckpointUnreadable naming `location`
+    for a damaged one."""
     try:
         record = json.loads(text.decode("utf-8"))
         keys, windows, mode = record["state_keys"], record.get("windows"), record.get("output_mode")
+        spark = record.get("spark_version")
         if record.get("key_form") != KEY_FORM and isinstance(keys, list):  # an older record, with types
             keys = [names_only(key) for key in keys]
     except (ValueError, KeyError, TypeError, AttributeError):  # UnicodeDecodeError and JSONDecodeError: ValueErrors
-        keys = windows = mode = None
+        keys = windows = mode = spark = None
     texts = isinstance(keys, list) and all(isinstance(key, str) for key in keys)
     fits = windows is None or isinstance(windows, list) and len(windows) == len(keys)
-    if not texts or not fits or not (mode is None or isinstance(mode, str)):
+    if not texts or not fits or not all(field is None or isinstance(field, str) for field in (mode, spark)):
         raise CheckpointUnreadable(_damaged(location))
-    return keys, windows, mode
+    return keys, windows, mode, spark
 
 
 def _damaged(location: str) -> str:
@@ -271,11 +283,17 @@ def check_state_key(
         changed = [(op, held) for op, held in zip(plan, held_windows, strict=True) if held != op.window]
         if changed:
             raise StateWindowChanged(_window_change(changed, keys.location))
-    if (recorded, recorded_windows, keys.output_mode()) == (now, windows, output_mode) or not record:
+    running = spark.version  # through Spark Connect, the server's
+    if (recorded, recorded_windows, keys.output_mode(), keys.spark_version()) == (
+        now,
+        windows,
+        output_mode,
+        running,
+    ) or not record:
         return None
-    # No record, one without the windows or the mode, or one left by a run that committed nothing (no state
-    # kept under it).
-    keys.write(now, windows, output_mode)
+    # No record, one without the windows, the mode or the Spark version, one of another Spark, or one left by a
+    # run that committed nothing (no state kept under it).
+    keys.write(now, windows, output_mode, running)
     if recorded is None and keys.has_commits():
         return f"{keys.folder} was missing (a checkpoint older than this check): recorded {'; '.join(now)}"
     return None

@@ -1,4 +1,4 @@
-"""Numbers, lengths of time and instants as the reports print them, and the positive-number check the sizing inputs share."""
+"""Numbers, lengths of time and instants as reports print them; the positive-number check of the sizing inputs."""
 
 from __future__ import annotations
 

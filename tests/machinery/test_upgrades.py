@@ -70,8 +70,9 @@ COUNT, JOIN, LIMIT = "stateStoreSave", "symmetricHashJoin", "globalLimit"
             [COUNT],
             [
                 "the checkpoint's state was last written by Spark 4.3.0, and this is Spark 4.4.0 (a move not proven"
-                " between 4.3.0 and 4.4.0; Spark means an upgrade to read the state). Take a savepoint first (python -m"
-                " stream_job savepoint create PATH, on the older Spark), to go back if it does not"
+                " between 4.3.0 and 4.4.0; Spark means an upgrade to read the state): the way back is a savepoint taken"
+                " on Spark 4.3.0 before this start (python -m stream_job savepoint create PATH; `check` says this before"
+                " one)"
             ],
             [],
         ),

@@ -7,8 +7,8 @@ an older release reads a newer one's state. Spark records no version in a checkp
 - the same release (major.minor): nothing to say;
 - a move this template has proven for every operator of the checkpoint (a starter's checkpoint written on
   one release and restarted on the other, exact output: tests/machinery/test_upgrades.py): a note;
-- a newer release, not proven: a note, with the savepoint to take first (an upgrade is what Spark means to
-  allow);
+- a newer release, not proven: a note naming the way back, a savepoint taken before (an upgrade is what
+  Spark means to allow; `check` says it before a start);
 - an older release, not proven: refused, in one line naming both.
 A join's state in format 4 on a Spark before 4.3 is refused apart (checkpoint.join_format_refusals).
 """
@@ -45,8 +45,8 @@ def spark_move(written: str | None, running: str, operators: Sequence[str]) -> t
     why = f"not proven for {', '.join(unproven)}" if unproven else f"a move not proven between {written} and {running}"
     if spark_release(running) > spark_release(written):
         return [
-            f"{what} ({why}; Spark means an upgrade to read the state). Take a savepoint first"
-            f" (python -m {PACKAGE} savepoint create PATH, on the older Spark), to go back if it does not"
+            f"{what} ({why}; Spark means an upgrade to read the state): the way back is a savepoint taken on Spark"
+            f" {written} before this start (python -m {PACKAGE} savepoint create PATH; `check` says this before one)"
         ], []
     return [], [
         f"{what}, an older release ({why}): Spark does not promise that an older release reads a newer one's"

@@ -146,14 +146,16 @@ def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool
     report.refusals += join_refusals
     # A join's format 4 on an older Spark is said more exactly there. Through Spark Connect the server's release
     # is known only once it answers: the record names it (state_fit.check_state_key), this pyspark does not.
-    if not held.stateless and not join_refusals and connect_url(settings.spark.remote) is None:
-        written = KeyRecord(None, location, files).spark_version()
+    # The state key record, read once: the Spark release and the output mode its results were written in.
+    record = None if held.stateless else KeyRecord(None, location, files)
+    if record is not None and not join_refusals and connect_url(settings.spark.remote) is None:
+        written = record.spark_version()
         operators = [info["operatorName"] for info in held.operators]
         move_notes, move_refusals = spark_move(written, pyspark.__version__, operators)
         report.notes += move_notes
         report.refusals += move_refusals
     report.drifts += source_drifts(settings, held.last_batch, held.offsets)
-    mode_drifts, mode_notes = output_mode_drifts(settings, held, files, output_seen)
+    mode_drifts, mode_notes = output_mode_drifts(settings, held, record, output_seen)
     report.drifts += mode_drifts
     report.notes += mode_notes
     report.refusals += moved_paths(settings, held)
@@ -278,17 +280,16 @@ _SWITCHED_TO = {
 
 
 def output_mode_drifts(
-    settings: Settings, held: CheckpointRead, files: Files, output_seen: bool
+    settings: Settings, held: CheckpointRead, record: KeyRecord | None, output_seen: bool
 ) -> tuple[list[Drift], list[str]]:
     """sink.output_mode against the mode the checkpoint's results were written in, where its state holds an
     aggregation's (a stateless query, a deduplication, a join write each row once, final, in either mode).
     The state key record names the mode; for a checkpoint of an earlier version, which has none, the Delta
     table's log where it tells (mode_written), else the mode in settings is taken, said in a note, and the
     start records it. (Drifts, notes.)"""
-    if held.last_committed is None or not _holds_aggregation(held):
+    if record is None or held.last_committed is None or not _holds_aggregation(held):
         return [], []
     location, wanted = settings.query.checkpoint_location, settings.sink.output_mode
-    record = KeyRecord(None, location, files)
     written, origin = record.output_mode(), f"recorded in {record.folder}"
     place = output_place(settings) if settings.sink.type == "delta" and output_seen else None
     if written is None and place is not None and held.query_id is not None:

@@ -179,6 +179,22 @@ BAD_VALUES = [
         "monitoring.quiet_after = '15m': '15m' has the unit 'm', which Spark does not read; write minutes",
     ),
     (
+        {"query": {"quiet_input_after": "10m"}},
+        "query.quiet_input_after = '10m': '10m' has the unit 'm', which Spark does not read; write minutes",
+    ),
+    (
+        {"query": {"quiet_input_after": "10 minutes", "trigger": "real_time"}},
+        "settings: query.quiet_input_after is '10 minutes' but query.trigger is real_time: real-time mode reads no"
+        " Python source, which the heartbeats come from; set query.quiet_input_after to null, or use an interval"
+        " trigger such as '10 seconds'",
+    ),
+    (
+        {"query": {"quiet_input_after": "10 minutes"}, "spark": {"remote": "sc://localhost:15002"}},
+        "settings: query.quiet_input_after is '10 minutes' but the job runs through Spark Connect"
+        " (sc://localhost:15002): the heartbeats are timed by a file on the driver's machine, which the server does"
+        " not share; set query.quiet_input_after to null, or run on spark.master",
+    ),
+    (
         {"spark": {"conf": {"spark.sql.streaming.metricsEnabled": "true"}}},
         "spark.sql.streaming.metricsEnabled is managed by the setting monitoring.metrics_enabled",
     ),

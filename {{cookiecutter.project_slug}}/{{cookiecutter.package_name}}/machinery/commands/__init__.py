@@ -29,6 +29,7 @@ from ..job.endpoints.kafka import KafkaEndpointError
 from ..job.guard.output_check import OutputLost
 from ..job.guard.schema_evolution import StateSchemaRefused
 from ..job.guard.state_fit import OperatorsChanged, OutputColumnsChanged, StateKeyChanged, StateWindowChanged
+from ..job.guard.streams_fit import StreamsChanged
 from ..job.plan.query_plan import QueryRefused
 from ..job.spark.connectors import ConnectorError
 from ..job.spark.driver_jvm import JvmStartError
@@ -56,6 +57,7 @@ REFUSALS: dict[type[Exception], tuple[str, int]] = {
     CheckpointBusy: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     LeaseBusy: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     OperatorsChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
+    StreamsChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     StateKeyChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     StateWindowChanged: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),
     StateSchemaRefused: ("checkpoint error", EXIT_CHECKPOINT_DRIFT),

@@ -38,6 +38,16 @@ def epoch_ms_text(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+def spark_instant(text: object) -> datetime | None:
+    """Spark's ISO timestamp text ('2026-11-29T15:00:00.000Z') as an aware datetime; None if it is not one."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
 def require_positive(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ValueError(f"{name} must be a number greater than zero, got {value!r}")

@@ -92,6 +92,27 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _heartbeats_fit(self) -> Settings:
+        """query.quiet_input_after's heartbeats come from a Python source whose beats the driver writes to a file
+        on its own machine (job/endpoints/heartbeats.py)."""
+        after = self.query.quiet_input_after
+        if after is None:
+            return self
+        if self.query.real_time:
+            raise ValueError(
+                f"query.quiet_input_after is {after!r} but query.trigger is {self.query.trigger}: real-time mode reads"
+                " no Python source, which the heartbeats come from; set query.quiet_input_after to null, or use an"
+                " interval trigger such as '10 seconds'"
+            )
+        if self.spark.connect_url is not None:
+            raise ValueError(
+                f"query.quiet_input_after is {after!r} but the job runs through Spark Connect"
+                f" ({self.spark.connect_url_shown}): the heartbeats are timed by a file on the driver's machine,"
+                " which the server does not share; set query.quiet_input_after to null, or run on spark.master"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _inputs_apart(self) -> Settings:
         both = self.join_source
         if both and self.source.type == both.type == "files" and self.source.files.path == both.files.path:

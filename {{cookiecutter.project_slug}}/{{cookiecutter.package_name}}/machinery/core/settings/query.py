@@ -41,6 +41,9 @@ class QuerySettings(Section):
     # An event time more than this past its record's arrival is a bad record (the source's on_bad_record),
     # so that one wrong clock cannot move the watermark past every later event; null: no bound.
     max_event_time_ahead: Duration | None = Field("1 day", description="a Spark interval such as '1 day', or null")
+    # After an input has brought no rows for this long, the job feeds it heartbeats whose event time is the wall
+    # clock less this, so that its watermark follows the clock (job/endpoints/heartbeats.py); null: never.
+    quiet_input_after: Duration | None = Field(None, description="a Spark interval such as '10 minutes', or null")
     window: Duration = Field("1 minute", description="a Spark interval such as '1 minute'")
     join: JoinSettings = Field(default_factory=JoinSettings)
     custom_state: CustomStateSettings = Field(default_factory=CustomStateSettings)
@@ -89,10 +92,10 @@ class QuerySettings(Section):
         """Whether the query runs in Spark's real-time mode (long-running batches, results as records arrive)."""
         return real_time.batch_duration(self.trigger) is not None
 
-    @field_validator("max_event_time_ahead", mode="before")
+    @field_validator("max_event_time_ahead", "quiet_input_after", mode="before")
     @classmethod
     def _no_bound(cls, value: Any) -> Any:
-        """none or off (YAML reads an unquoted off as false) say no bound, as null does."""
+        """none or off (YAML reads an unquoted off as false) say none, as null does."""
         words = ("none", "off", "null")
         return None if value is False or (isinstance(value, str) and value.strip().lower() in words) else value
 
@@ -107,6 +110,10 @@ class QuerySettings(Section):
     @property
     def max_ahead_seconds(self) -> float | None:
         return None if self.max_event_time_ahead is None else parse_duration(self.max_event_time_ahead)
+
+    @property
+    def quiet_input_seconds(self) -> float | None:
+        return None if self.quiet_input_after is None else parse_duration(self.quiet_input_after)
 
     def state_span(self) -> str | None:
         """The duration a state row lives on top of the watermark (the window, the join range, the

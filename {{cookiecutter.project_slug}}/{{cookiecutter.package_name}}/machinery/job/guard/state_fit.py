@@ -47,6 +47,7 @@ from ..plan.query_plan import fit_problems, read_plan, refuse_python, refuse_wha
 from ..spark.session_files import CheckpointReader, checkpoint_files
 from .output_check import columns, refuse_behind_without_aggregation
 from .schema_evolution import StateSchemaRefused, state_schema_drift
+from .streams_fit import check_streams
 
 RECORD_FOLDER = "state_key"  # the record: one text file per version, each a JSON line Spark wrote
 RECORD_NAME = "state_key.json"  # the record of older templates (a file of one version), still read
@@ -322,7 +323,7 @@ def check_fit(
     record_key: bool,
 ) -> tuple[str | None, list[str]]:
     """Raise, for the first misfit: OperatorsChanged, SettingsError (the query against the settings),
-    Spark's AnalysisException (the query against the output mode), OutputLost, StateKeyChanged,
+    Spark's AnalysisException (the query against the output mode), StreamsChanged, OutputLost, StateKeyChanged,
     StateWindowChanged, StateSchemaRefused or OutputColumnsChanged. Return the note of a state key recorded
     again (with record_key: a start) and the state schema changes Spark accepts. `checkpoint`: the
     checkpoint at query.checkpoint_location and its reader, chosen once."""
@@ -331,6 +332,7 @@ def check_fit(
     drift = operators_drift(plan, held, location)
     if drift:
         raise OperatorsChanged(drift)
+    check_streams(result, settings, held)
     problems = fit_problems(result.sparkSession, settings, plan)
     if problems:
         raise SettingsError(problems)

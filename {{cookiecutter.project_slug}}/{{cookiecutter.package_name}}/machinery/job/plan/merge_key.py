@@ -17,6 +17,7 @@ from pyspark.sql.types import StructType, TimestampType
 from ...core.delta_merge import MergeKey, columns_differ
 from ...core.settings import Settings, SettingsError, SinkSettings
 from ..endpoints.delta import columns, open_table, table_schema
+from ..endpoints.heartbeats import output_key_problem
 from .plan_source import PlanNode, analyzed_plan, column, items, split_top
 from .query_plan import is_stateful
 
@@ -164,10 +165,12 @@ def _name(item: str) -> str:
 
 
 def checked_output(result: DataFrame, settings: Settings) -> MergeKey | None:
-    """Before a start (and `check`), in update mode: the steps after the last stateful operator
-    (changed_rows_refusal) and, into Delta, the key and the table's columns, each misfit a SettingsError;
+    """Before a start (and `check`): the output's key column where query.quiet_input_after's heartbeats are taken
+    out by it; in update mode the steps after the last stateful operator (changed_rows_refusal) and, into Delta, the key and the table's columns, each misfit a SettingsError;
     the key each batch is MERGEd by (None but into Delta)."""
     refused = changed_rows_refusal(result, settings.sink)
+    if settings.query.quiet_input_after is not None:
+        refused = refused or output_key_problem(result, settings)
     if refused:
         raise SettingsError([refused])
     if not settings.sink.merges:

@@ -31,6 +31,7 @@ from ...core.sizing.limits import ROCKSDB_THRESHOLD_BYTES
 from ...core.text import first_line
 from ..endpoints.sources import BAD_RECORDS_OBSERVATION, EVENT_TIME_AHEAD, MALFORMED, WITHOUT_EVENT_TIME
 from ..spark.heap import HeapProbe
+from .beats import BeatClock
 from .quiet import QuietNotice, QuietWatch
 
 
@@ -252,12 +253,14 @@ class ProgressPrinter(StreamingQueryListener):
         watchdog: StateWatchdog | None = None,
         rows_counted: bool = True,
         quiet: QuietWatch | None = None,
+        beats: BeatClock | None = None,
     ):
         self._out = sys.stdout if out is None else out  # the standard output of now, not of import time
         self._json = json_lines  # JSON passes Spark's figures on as they are (0 rows where not counted)
         self._rows_counted = rows_counted
         self._watchdog = watchdog
         self._quiet = quiet
+        self._beats = beats
         self._lock = threading.Lock()
         self._told = threading.Condition(self._lock)
         self._batches: dict[str, set[int]] = {}
@@ -280,6 +283,8 @@ class ProgressPrinter(StreamingQueryListener):
         name = self._names[str(event.id)] = event.name or str(event.id)
         with self._told:
             self._running.add(str(event.runId))
+        if self._beats is not None:
+            self._beats.started(event.timestamp)
         self._emit(
             f"query {name} started (id {event.id})",
             {"event": "started", "query": name, "query_id": str(event.id), "run_id": str(event.runId)},
@@ -331,8 +336,12 @@ class ProgressPrinter(StreamingQueryListener):
                 print(warning.message, file=sys.stderr, flush=True)
         if self._quiet is not None:
             self._tell_quiet(self._quiet.progress(progress))
+        if self._beats is not None:
+            self._beats.progress(progress)
 
     def onQueryIdle(self, event) -> None:
+        if self._beats is not None:
+            self._beats.idle(event.timestamp)
         if self._quiet is not None:
             self._tell_quiet(self._quiet.idle(event.timestamp))
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ...core.figures import human_span
+from ...core.figures import human_span, spark_instant
 
 # The watermark Spark reports before the first event: nothing waits on it yet.
 NO_WATERMARK = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
@@ -51,8 +51,8 @@ class QuietWatch:
     def progress(self, progress: dict[str, Any]) -> QuietNotice | None:
         """A batch's progress (Spark's JSON): the notice it newly brings, if any."""
         watermark = (progress.get("eventTime") or {}).get("watermark")
-        now = _instant(progress.get("timestamp"))
-        if watermark is None or now is None or _instant(watermark) in (None, NO_WATERMARK):
+        now = spark_instant(progress.get("timestamp"))
+        if watermark is None or now is None or spark_instant(watermark) in (None, NO_WATERMARK):
             return None
         stand = self._stand
         if stand is None or stand.watermark != watermark:
@@ -78,7 +78,7 @@ class QuietWatch:
 
     def idle(self, timestamp: str | None) -> QuietNotice | None:
         """An idle event (no new data, no batch) at Spark's `timestamp`: the notice it newly brings, if any."""
-        now = _instant(timestamp)
+        now = spark_instant(timestamp)
         return None if now is None or self._stand is None else self._check(now)
 
     def _check(self, now: datetime) -> QuietNotice | None:
@@ -101,13 +101,3 @@ class QuietWatch:
             f" {stand.watermark} are held {held}."
         )
         return QuietNotice("quiet", stand.watermark, quiet, message)
-
-
-def _instant(text: Any) -> datetime | None:
-    """Spark's ISO timestamp text ("2026-11-29T15:00:00.000Z") as an aware datetime; None if it is not one."""
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return None

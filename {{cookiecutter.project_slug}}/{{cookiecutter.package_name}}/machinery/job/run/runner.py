@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import TextIO
 
 from pyspark.sql import DataFrame, SparkSession
@@ -13,6 +16,7 @@ from ...core.checkpoint.files import CheckpointRead
 from ...core.contract import QUERY_MODULE
 from ...core.plan_operators import PlanOperator, chain, flow_order, unsized
 from ...core.settings import Settings, SettingsError
+from ..endpoints.heartbeats import with_heartbeats, without_heartbeats
 from ..endpoints.kafka import source_partitions
 from ..endpoints.sinks import start_query
 from ..endpoints.sources import read_inputs
@@ -26,15 +30,21 @@ from ..spark.remote import ServerGone, is_connect, server_gone
 from ..spark.session_files import CheckpointReader, checkpoint_reader
 from ..spark.spark_errors import spark_errors
 from .advice import out_of_memory_line
+from .beats import BeatClock
 from .progress import ProgressPrinter, StateWatchdog
 from .python_modules import require_operator_modules
 from .quiet import QuietWatch
 from .stopping import StopSignals, stop_on_batch_boundary, terminated
 
 
-def build_result(spark: SparkSession, settings: Settings) -> DataFrame:
-    """The whole query as a DataFrame: the source (and join_source, where set), then the stateful transform."""
-    return query_result(spark, settings, *read_inputs(spark, settings))
+def build_result(spark: SparkSession, settings: Settings, beats: Path | None = None) -> DataFrame:
+    """The whole query as a DataFrame: the source (and join_source, where set), then the stateful transform.
+    With `beats` (query.quiet_input_after: the file the driver writes the beats to), each input with its heartbeats."""
+    events, join_events = read_inputs(spark, settings)
+    if beats is not None:
+        events = with_heartbeats(spark, beats, events, "source")
+        join_events = None if join_events is None else with_heartbeats(spark, beats, join_events, "join_source")
+    return query_result(spark, settings, events, join_events)
 
 
 def follow_plan(
@@ -105,10 +115,34 @@ def run_start(
     them the state key record alone to compare with; `kafka_partitions`, the source topics' partitions the
     start's endpoint check counted, for the real-time slot check (None: not counted).
     """
+    after = settings.query.quiet_input_seconds
+    clock = None
+    if after is not None:  # the beats file on this machine, where the heartbeats' Python source runs
+        clock = BeatClock(list(settings.inputs), after, Path(tempfile.mkdtemp(prefix="quiet-input-")) / "beats.json")
+    try:
+        return _run(
+            spark, settings, checkpoint, held, kafka_partitions, max_batches, timeout_seconds, progress_to, clock
+        )
+    finally:
+        if clock is not None:
+            shutil.rmtree(clock.beats.parent, ignore_errors=True)
+
+
+def _run(
+    spark: SparkSession,
+    settings: Settings,
+    checkpoint: CheckpointReader,
+    held: CheckpointRead | None,
+    kafka_partitions: int | None,
+    max_batches: int | None,
+    timeout_seconds: float | None,
+    progress_to: TextIO | None,
+    clock: BeatClock | None,
+) -> StreamingQuery:
     monitoring = settings.monitoring
     progress_to = sys.stdout if progress_to is None else progress_to  # the standard output of now, not of import time
     remarks_to = monitoring.remarks_to(progress_to)
-    result = build_result(spark, settings)
+    result = build_result(spark, settings, None if clock is None else clock.beats)
     key = checked_output(result, settings)  # before anything is written
     if key:
         print(f"sink: {merged_by_line(key, settings.sink.path)}", file=remarks_to, flush=True)
@@ -139,11 +173,14 @@ def run_start(
     json_lines = monitoring.progress_format == "json"
     quiet_after = monitoring.quiet_after_seconds
     quiet = None if quiet_after is None else QuietWatch(quiet_after, str(monitoring.quiet_after))
-    printer = ProgressPrinter(progress_to, json_lines, watchdog, settings.state_store.rows_tracked, quiet)
+    if clock is not None:
+        print(f"query: {quiet_inputs_line(settings)}", file=remarks_to, flush=True)
+    printer = ProgressPrinter(progress_to, json_lines, watchdog, settings.state_store.rows_tracked, quiet, clock)
+    written = result if clock is None else without_heartbeats(result)
     spark.streams.addListener(printer)
     gone = False  # the Connect server stopped answering: nothing more to ask of it
     try:
-        query = start_query(result, settings.sink, settings.query, key)
+        query = start_query(written, settings.sink, settings.query, key)
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         with StopSignals() as signals:
             while not terminated(query, False, remarks_to):
@@ -158,7 +195,7 @@ def run_start(
                     stop_on_batch_boundary(
                         spark,
                         query,
-                        lambda: start_query(result, settings.sink, settings.query, key, one_batch=True),
+                        lambda: start_query(written, settings.sink, settings.query, key, one_batch=True),
                         settings,
                         checkpoint,
                         signals,
@@ -186,6 +223,14 @@ def run_start(
                 # that hands events on waits to pass one (a query's end, told a moment after it): let it pass.
                 printer.wait_until_all_ended(LAST_EVENTS_SECONDS)
             spark.streams.removeListener(printer)
+
+
+def quiet_inputs_line(settings: Settings) -> str:
+    after = settings.query.quiet_input_after
+    return (
+        f"an input that brings no rows for {after} (query.quiet_input_after) gets heartbeats at the wall clock less"
+        f" {after}, and the watermark follows them: an event arriving after such a spell behind the watermark is late"
+    )
 
 
 def _why_stop(committed: int, max_batches: int | None, deadline: float | None, signals: StopSignals) -> str | None:

@@ -429,8 +429,17 @@ def _microseconds(value: object) -> str:
 def stand_in_result(spark: SparkSession, settings: Settings) -> DataFrame:
     """The query over stand-in streams of EVENT_SCHEMA: the plan of the real one, without its sources
     (so that reading the plan needs no Kafka connector, no broker and no landing files)."""
-    events = stand_in_stream(spark)  # the source's first, as a start reads them
-    return query_result(spark, settings, events, None if settings.join_source is None else stand_in_stream(spark))
+    events = stand_in_input(spark, settings)  # the source's first, as a start reads them
+    return query_result(
+        spark, settings, events, None if settings.join_source is None else stand_in_input(spark, settings)
+    )
+
+
+def stand_in_input(spark: SparkSession, settings: Settings) -> DataFrame:
+    """An input's stand-in: with query.quiet_input_after, its heartbeats' too (a stream of their own, as a start
+    reads them: the guard counts the streams against the checkpoint's)."""
+    stream = stand_in_stream(spark)
+    return stream if settings.query.quiet_input_after is None else stream.unionByName(stand_in_stream(spark))
 
 
 def stand_in_stream(spark: SparkSession) -> DataFrame:

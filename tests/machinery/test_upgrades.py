@@ -16,6 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.job.guard.checkpoint import check_checkpoint
 from stream_job.machinery.job.guard.spark_moves import spark_move
 from stream_job.query import OPERATOR
 
@@ -124,6 +125,12 @@ def test_a_checkpoint_written_here_restarts_on_the_next_spark_with_exact_output(
     # The record names the Spark of each start, and the first batch it ran.
     held = [(record["spark_version"], record["from_batch"]) for record in state_key_records(tmp_path / "checkpoint")]
     assert held == [(pyspark.__version__, 0), (version, written[-1] + 1)]
+    # Through Spark Connect the server's release is held against the record, not this pyspark's.
+    changes["spark"]["remote"] = "sc://localhost:15002"
+    remote = load_settings(write_settings_file(tmp_path / "remote.yaml", changes))
+    older = check_checkpoint(remote, output_seen=False, server_version="4.1.0")
+    assert [line for line in older.refusals if f"by Spark {version}" in line and "Spark 4.1.0" in line], older
+    assert not any("Spark 4.1.0" in line for line in check_checkpoint(remote, output_seen=False).refusals)
 
 
 @needs_next

@@ -67,7 +67,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         location = settings.query.checkpoint_location
         checkpoint = reader_here(location) if spark is None else checkpoint_reader(spark, location)
         files = LOCAL if checkpoint is None else checkpoint.files()
-        report = check_checkpoint(settings, files, output_seen=output_seen(settings, files))
+        report = check_checkpoint(
+            settings, files, output_seen(settings, files), None if spark is None else spark.version
+        )
         if not guard_passes(report):
             return EXIT_CHECKPOINT_DRIFT
         spark = spark or stack.enter_context(tool_session("check-plan", {}, settings))

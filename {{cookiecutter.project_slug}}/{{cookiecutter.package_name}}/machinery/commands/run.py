@@ -84,7 +84,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         # stops a run of the query that is still going when this one starts).
         if files is LOCAL or store_of(location):
             stack.enter_context(holding(location, "this job", settings.query.lease_seconds))
-        report = check_checkpoint(settings, files, output_seen=output_seen(settings, files))
+        report = check_checkpoint(
+            settings, files, output_seen(settings, files), None if spark is None else spark.version
+        )
         for remark in partition_remarks(settings, report):
             print(f"partitions: {remark}", file=remarks_to)
         if not guard_passes(report, remarks_to):

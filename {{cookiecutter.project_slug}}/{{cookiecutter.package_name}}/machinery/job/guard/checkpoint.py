@@ -108,12 +108,15 @@ def output_seen(settings: Settings, files: Files) -> bool:
     return isinstance(files, (LocalFiles, StoreFiles)) or bool(store_of(settings.sink.path))
 
 
-def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool = True) -> GuardReport:
+def check_checkpoint(
+    settings: Settings, files: Files = LOCAL, output_seen: bool = True, server_version: str | None = None
+) -> GuardReport:
     """Compare the settings with the checkpoint they point at (nothing to compare when there is none), its
     files read where they are (session_files.py checkpoint_files: on a Spark Connect server's disk, through
     the session). The output is compared where this machine sees it only (`output_seen`): Spark reads no
     file of the parquet sink's log (`_spark_metadata`) through a session, and the deltalake library reads
-    from this machine's disk."""
+    from this machine's disk. `server_version`: a Spark Connect server's release (spark.version), which runs the
+    query there; without one, this machine's pyspark runs it, and through Connect the release is not checked."""
     location = settings.query.checkpoint_location
     report = GuardReport(location)
     checkpoint = reader_root(location, files)
@@ -144,14 +147,15 @@ def check_checkpoint(settings: Settings, files: Files = LOCAL, output_seen: bool
     report.drifts += [] if held.stateless else format_version_drifts(settings, held)
     join_refusals = join_format_refusals(held)
     report.refusals += join_refusals
-    # A join's format 4 on an older Spark is said more exactly there. Through Spark Connect the server's release
-    # is known only once it answers: the record names it (state_fit.check_state_key), this pyspark does not.
+    # A join's format 4 on an older Spark is said more exactly there. Through Spark Connect the server runs the
+    # query, in its own release: the record names that one (state_fit.check_state_key), not this pyspark.
     # The state key record, read once: the Spark release and the output mode its results were written in.
     record = None if held.stateless else KeyRecord(None, location, files)
-    if record is not None and not join_refusals and connect_url(settings.spark.remote) is None:
+    running = server_version or (pyspark.__version__ if connect_url(settings.spark.remote) is None else None)
+    if record is not None and not join_refusals and running is not None:
         written = record.spark_version()
         operators = [info["operatorName"] for info in held.operators]
-        move_notes, move_refusals = spark_move(written, pyspark.__version__, operators)
+        move_notes, move_refusals = spark_move(written, running, operators)
         report.notes += move_notes
         report.refusals += move_refusals
     report.drifts += source_drifts(settings, held.last_batch, held.offsets)

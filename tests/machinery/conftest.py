@@ -114,6 +114,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "secondary: a proof another test makes more strictly (the test says which); CI leaves it out, make test-all runs it",
         "cluster: starts a Spark standalone cluster (a master and two workers) on 127.0.0.1",
         "kafka: reads a real Kafka broker on 127.0.0.1 (the project's local one, from Maven Central)",
+        "concurrent: starts processes of one project at the same instant (CI runs it beside the default bake's others)",
         "delta_spark: needs Delta Lake's JVM build for the installed Spark (there is none for Spark 4.3)",
         "chains: queries of several stateful operators written into a copy of the project (test_chains.py)",
         "state_files: the state's files moved or damaged: savepoints, integrity faults (a second default bake runs them)",

@@ -37,7 +37,7 @@ from stream_job.machinery.job.spark.session import log_dir
 
 from .conftest import PROJECT_DIR, clean_env, kafka_job, project_copy, write_settings_file
 
-pytestmark = [pytest.mark.kafka, pytest.mark.delta_spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.delta_spark, pytest.mark.concurrent]
 
 ROUNDS = 2  # one from an empty Ivy home, one against the warm one it left (every warm round races alike)
 WAITED = "connectors: waiting for another start resolving JARs in"

@@ -47,6 +47,11 @@ def build_result(spark: SparkSession, settings: Settings, beats: Path | None = N
     return query_result(spark, settings, events, join_events)
 
 
+def sink_rows(result: DataFrame, settings: Settings) -> DataFrame:
+    """What the sink writes: the result, without a quiet input's heartbeats where the settings add them."""
+    return result if settings.query.quiet_input_after is None else without_heartbeats(result)
+
+
 def follow_plan(
     result: DataFrame, settings: Settings, held: CheckpointRead | None, checkpoint: CheckpointReader, remarks_to: TextIO
 ) -> list[PlanOperator]:
@@ -176,7 +181,7 @@ def _run(
     if clock is not None:
         print(f"query: {quiet_inputs_line(settings)}", file=remarks_to, flush=True)
     printer = ProgressPrinter(progress_to, json_lines, watchdog, settings.state_store.rows_tracked, quiet, clock)
-    written = result if clock is None else without_heartbeats(result)
+    written = sink_rows(result, settings)
     spark.streams.addListener(printer)
     gone = False  # the Connect server stopped answering: nothing more to ask of it
     try:

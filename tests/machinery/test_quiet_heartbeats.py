@@ -170,6 +170,7 @@ def test_heartbeats_bring_out_the_last_windows_of_a_quiet_input_exact(spark, tmp
         return _instant(event["timestamp"]).timestamp()
 
     quiet_from = started(next(event for event in batches if event["input_rows"] == len(events)))
+    assert sorted({event["input_rows"] for event in batches}) == [0, len(events)]  # heartbeats are not input rows
     due = max(last_end + delay, quiet_from) + after
     first_due = next(n for n, event in enumerate(batches) if started(event) >= due)
     out = next(n for n, event in enumerate(batches) if _instant(event["watermark"]).timestamp() >= last_end)

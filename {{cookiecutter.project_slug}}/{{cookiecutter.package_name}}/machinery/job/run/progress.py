@@ -29,6 +29,7 @@ from ...core.figures import human_bytes
 from ...core.sizing.estimate import Estimate
 from ...core.sizing.limits import ROCKSDB_THRESHOLD_BYTES
 from ...core.text import first_line
+from ..endpoints.heartbeats import ARRIVED_OBSERVATION
 from ..endpoints.sources import BAD_RECORDS_OBSERVATION, EVENT_TIME_AHEAD, MALFORMED, WITHOUT_EVENT_TIME
 from ..spark.heap import HeapProbe
 from .beats import BeatClock
@@ -60,6 +61,18 @@ def format_progress(progress: dict[str, Any], rows_counted: bool = True) -> str:
     return f"{line}, dropped {', '.join(dropped)}" if dropped else line
 
 
+def input_rows(progress: dict[str, Any]) -> int:
+    """The batch's input rows: Spark's count, but with a quiet input's heartbeats (job/endpoints/heartbeats.py)
+    the inputs' own rows, which the job then counts per input, so that a quiet spell reads 0 input rows."""
+    observed = progress.get("observedMetrics") or {}
+    arrived = [
+        int(values.get("rows") or 0)
+        for name, values in observed.items()
+        if name.endswith(f".{ARRIVED_OBSERVATION}") and isinstance(values, dict)
+    ]
+    return sum(arrived) if arrived else int(progress.get("numInputRows") or 0)
+
+
 def dropped_bad_records(progress: dict[str, Any], metric: str) -> int:
     """Bad records of one kind the sources dropped (job/endpoints/sources.py), summed over the inputs."""
     observed = progress.get("observedMetrics") or {}
@@ -81,7 +94,7 @@ def batch_event(progress: dict[str, Any]) -> dict[str, Any]:
         "run_id": progress.get("runId"),
         "batch_id": progress["batchId"],
         "timestamp": progress.get("timestamp"),
-        "input_rows": progress.get("numInputRows", 0),
+        "input_rows": input_rows(progress),
         "rows_per_second": progress.get("processedRowsPerSecond") or 0.0,
         "batch_duration_ms": progress.get("batchDuration", 0),
         "state_rows": sum(operator.get("numRowsTotal", 0) for operator in operators),
@@ -221,7 +234,7 @@ class StateWatchdog:
     def _late_rows(self, progress: dict[str, Any], operators: list[dict[str, Any]]) -> list[StateWarning]:
         """A loud warning when this batch's late rows jump (see the module's docstring)."""
         late = sum(operator.get("numRowsDroppedByWatermark") or 0 for operator in operators)
-        inputs = progress.get("numInputRows") or 0
+        inputs = input_rows(progress)
         heavy = late > LATE_SHARE * inputs
         before, heavy_before = self._late_before
         self._late_before = (late, heavy)

@@ -19,17 +19,18 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from stream_job.machinery.core.checkpoint.files import read_checkpoint
-from stream_job.machinery.core.settings import load_settings
+from stream_job.machinery.core.settings import SettingsError, load_settings
 from stream_job.machinery.job.endpoints.heartbeats import HEARTBEAT_MARK, heartbeat_row
 from stream_job.machinery.job.guard.state_fit import check_fit
 from stream_job.machinery.job.guard.streams_fit import StreamsChanged
+from stream_job.machinery.job.plan.merge_key import checked_output
 from stream_job.machinery.job.plan.query_plan import read_plan, stand_in_result
 from stream_job.machinery.job.run.beats import BeatClock
 from stream_job.machinery.job.run.runner import run_query
 from stream_job.machinery.job.spark.session import apply_confs
 from stream_job.machinery.job.spark.session_files import checkpoint_reader
 
-from .conftest import BAKED_OPERATOR, write_settings_file
+from .conftest import BAKED_OPERATOR, edited_query, write_settings_file
 
 
 def batch(at: str, **rows: int) -> dict:
@@ -196,6 +197,28 @@ def test_heartbeats_bring_out_the_last_windows_of_a_quiet_input_exact(spark, tmp
     check_fit(with_beats, read_plan(with_beats), settings, held, reader, record_key=False)
     with pytest.raises(StreamsChanged):
         check_fit(without_beats, read_plan(without_beats), without, held, reader, record_key=False)
+
+
+@pytest.mark.skipif(BAKED_OPERATOR != "windowed_aggregation", reason="edits the windowed count's output")
+def test_an_output_without_the_key_or_events_without_a_time_are_refused_before_a_start(spark, tmp_path):
+    changes = {"query": {"checkpoint_location": str(tmp_path / "checkpoint"), "quiet_input_after": "10 minutes"}}
+    settings = load_settings(write_settings_file(tmp_path / "settings.yaml", changes))
+    keyless = {'            "key",\n            "events",\n': '            "events",\n'}
+    with edited_query(keyless), pytest.raises(SettingsError) as refused:
+        checked_output(stand_in_result(spark, settings), settings)
+    assert str(refused.value) == (
+        "query.quiet_input_after is '10 minutes' but the query's output (window_start, window_end, events) does not"
+        " carry the events' key column key: the job takes its heartbeats out of the output by it; keep that column"
+        " in the output, or set query.quiet_input_after to null"
+    )
+    # The events' time as text, which the query turns into a timestamp itself: nothing a heartbeat could carry.
+    timeless = {
+        'StructField("event_time", TimestampType())': 'StructField("event_time", StringType())',
+        "        wanted(events, query)\n": '        wanted(events, query).withColumn("event_time", F.to_timestamp("event_time"))\n',
+    }
+    with edited_query(timeless), pytest.raises(SettingsError) as refused:
+        checked_output(stand_in_result(spark, settings), settings)
+    assert "EVENT_SCHEMA has no timestamp column to give a heartbeat its event time" in str(refused.value)
 
 
 @pytest.mark.operator

@@ -28,7 +28,7 @@ from pyspark.sql.types import StructType
 
 from ...core.contract import user_query
 from ...core.settings import Settings
-from .schema_events import roles
+from .schema_events import SchemaRolesError, roles
 
 HEARTBEAT_FORMAT = "quiet_input_heartbeat"
 HEARTBEAT_MARK = "__heartbeat__"
@@ -112,8 +112,16 @@ def heartbeat_key_column() -> str | None:
 
 
 def output_key_problem(result: DataFrame, settings: Settings) -> str | None:
-    """One line when the heartbeats cannot be taken out of the output: it does not carry the events' key column."""
-    key = heartbeat_key_column()
+    """One line when the heartbeats cannot run: EVENT_SCHEMA has no event-time column to give them, or the output
+    does not carry the events' key column they are taken out by."""
+    try:
+        key = heartbeat_key_column()
+    except SchemaRolesError:
+        return (
+            f"query.quiet_input_after is {settings.query.quiet_input_after!r} but EVENT_SCHEMA has no timestamp"
+            " column to give a heartbeat its event time; add the events' time to it, or set query.quiet_input_after"
+            " to null"
+        )
     if key is not None and key in result.columns:
         return None
     held = f"the events' key column {key}" if key else "a key column (EVENT_SCHEMA has no text column)"

@@ -165,9 +165,10 @@ def _name(item: str) -> str:
 
 
 def checked_output(result: DataFrame, settings: Settings) -> MergeKey | None:
-    """Before a start (and `check`): the output's key column where query.quiet_input_after's heartbeats are taken
-    out by it; in update mode the steps after the last stateful operator (changed_rows_refusal) and, into Delta, the key and the table's columns, each misfit a SettingsError;
-    the key each batch is MERGEd by (None but into Delta)."""
+    """Before a start (and `check`): the output's key column where query.quiet_input_after's heartbeats are
+    taken out by it; in update mode the steps after the last stateful operator (changed_rows_refusal) and, into
+    Delta, the key and the table's columns; each misfit a SettingsError. The key each batch is MERGEd by (None
+    but into Delta)."""
     refused = changed_rows_refusal(result, settings.sink)
     if settings.query.quiet_input_after is not None:
         refused = refused or output_key_problem(result, settings)

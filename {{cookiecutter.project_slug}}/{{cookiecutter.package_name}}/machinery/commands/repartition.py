@@ -245,7 +245,7 @@ def _finish_last_batch(spark, settings: Settings, chosen: Plan) -> Plan:
     """Run the batch the job left unfinished, alone, on its recorded input (its offsets are in the log)."""
     from ..job.endpoints.sinks import start_query
     from ..job.plan.merge_key import merge_key
-    from ..job.run.runner import build_result, sink_rows
+    from ..job.run.runner import beats_file, build_result, sink_rows
 
     batch = chosen.last_batch
     print(f"repartition: running batch {batch}, which the job left unfinished, on its recorded input", flush=True)
@@ -255,8 +255,7 @@ def _finish_last_batch(spark, settings: Settings, chosen: Plan) -> Plan:
     try:
         # A quiet input's heartbeats are streams of the checkpoint: the batch run again reads its beat from its
         # offsets, and the beats file stays empty (nothing is quiet in one batch).
-        with tempfile.TemporaryDirectory(prefix="quiet-input-") as folder:
-            beats = None if settings.query.quiet_input_after is None else Path(folder) / "beats.json"
+        with beats_file(settings) as beats:
             result = build_result(spark, settings, beats)
             key = merge_key(result, settings.sink) if settings.sink.merges else None
             start_query(

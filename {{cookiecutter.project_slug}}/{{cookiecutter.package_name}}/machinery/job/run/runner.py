@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -121,16 +122,22 @@ def run_start(
     start's endpoint check counted, for the real-time slot check (None: not counted).
     """
     after = settings.query.quiet_input_seconds
-    clock = None
-    if after is not None:  # the beats file on this machine, where the heartbeats' Python source runs
-        clock = BeatClock(list(settings.inputs), after, Path(tempfile.mkdtemp(prefix="quiet-input-")) / "beats.json")
-    try:
+    with beats_file(settings) as beats:
+        clock = None if beats is None or after is None else BeatClock(list(settings.inputs), after, beats)
         return _run(
             spark, settings, checkpoint, held, kafka_partitions, max_batches, timeout_seconds, progress_to, clock
         )
-    finally:
-        if clock is not None:
-            shutil.rmtree(clock.beats.parent, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def beats_file(settings: Settings) -> Iterator[Path | None]:
+    """The file a run's quiet-input beats are written to (query.quiet_input_after), on this machine, where the
+    heartbeats' Python source runs; removed after the run. None without the setting."""
+    if settings.query.quiet_input_after is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="quiet-input-") as folder:
+        yield Path(folder) / "beats.json"
 
 
 def _run(
